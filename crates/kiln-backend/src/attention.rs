@@ -1,0 +1,198 @@
+//! Causal attention over paged K/V, for a flat batch of tokens from many sequences.
+//!
+//! Each task handles one (token, KV head) pair and all query heads that share that KV
+//! head (GQA/MQA), so each key is converted from the cache once per group. Scores are kept
+//! per task in a thread-local buffer that grows once and is then reused, so steady-state
+//! steps don't allocate.
+
+use std::cell::RefCell;
+
+use crate::kv::KvCache;
+use crate::pool::ThreadPool;
+use crate::sync_ptr::SyncPtr;
+
+/// One sequence's rows in the flat batch and where its K/V live.
+///
+/// Plain indices (no borrows), so a step's list of spans can live in a reused buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqSpan {
+    /// First row of this sequence in the batch.
+    pub start: usize,
+    /// Rows of this sequence in the batch.
+    pub len: usize,
+    /// Where this sequence's block table starts in the batch's flat `block_tables`.
+    pub table_start: usize,
+    /// Entries of its block table: block ids holding positions `0..`, `block_size` each.
+    pub table_len: usize,
+}
+
+impl SeqSpan {
+    /// This sequence's block table within the flat buffer.
+    pub fn block_table<'t>(&self, block_tables: &'t [u32]) -> &'t [u32] {
+        &block_tables[self.table_start..self.table_start + self.table_len]
+    }
+}
+
+/// Head layout and masking for one attention layer.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    /// Sliding window: a query at position p sees keys at positions `> p - window`.
+    pub window: Option<usize>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `out[t, h] = softmax(scale · q[t, h] · K[seq(t), ≤pos(t)]) · V` for every row `t`.
+///
+/// `q` and `out` are `n_rows × n_heads·head_dim`. The K/V of every row must already be in
+/// `kv` at its position. Sequences must be given in row order.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    pool: &ThreadPool,
+    kv: &KvCache,
+    layer: usize,
+    p: &AttentionParams,
+    q: &[f32],
+    positions: &[u32],
+    seqs: &[SeqSpan],
+    block_tables: &[u32],
+    out: &mut [f32],
+) {
+    let n_rows = positions.len();
+    let q_width = p.n_heads * p.head_dim;
+    assert_eq!(q.len(), n_rows * q_width, "attention q shape");
+    assert_eq!(out.len(), n_rows * q_width, "attention out shape");
+    let out_ptr = SyncPtr::new(out);
+    pool.run(n_rows * p.n_kv_heads, |task| {
+        let (row, g) = (task / p.n_kv_heads, task % p.n_kv_heads);
+        let seq_idx = seqs.partition_point(|s| s.start + s.len <= row);
+        let Some(seq) = seqs.get(seq_idx) else { return };
+        let group = p.n_heads / p.n_kv_heads;
+        let q_row = &q[row * q_width..(row + 1) * q_width];
+        let q_group = &q_row[g * group * p.head_dim..(g + 1) * group * p.head_dim];
+        // SAFETY: each (row, group) task owns its slice of the output row.
+        let o = unsafe { out_ptr.slice_mut(row * q_width + g * group * p.head_dim, group * p.head_dim) };
+        let task = GroupTask {
+            layer,
+            kv_head: g,
+            block_table: seq.block_table(block_tables),
+            pos: positions[row] as usize,
+            q_group,
+        };
+        SCRATCH.with(|s| {
+            let (scores, kbuf) = &mut *s.borrow_mut();
+            attend_group(kv, p, &task, o, scores, kbuf);
+        });
+    });
+}
+
+/// Per-task inputs of [`attend_group`].
+struct GroupTask<'a> {
+    layer: usize,
+    kv_head: usize,
+    block_table: &'a [u32],
+    pos: usize,
+    q_group: &'a [f32],
+}
+
+fn attend_group(
+    kv: &KvCache,
+    p: &AttentionParams,
+    t: &GroupTask<'_>,
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+    kbuf: &mut Vec<f32>,
+) {
+    let (hd, bs) = (p.head_dim, kv.shape.block_size);
+    let group = t.q_group.len() / hd;
+    let end = t.pos + 1;
+    let start = p.window.map_or(0, |w| end.saturating_sub(w));
+    let n_ctx = end - start;
+    if scores.len() < group * n_ctx {
+        scores.resize(group * n_ctx, 0.0);
+    }
+    if kbuf.len() < bs * hd {
+        kbuf.resize(bs * hd, 0.0);
+    }
+    // Pass 1: scaled scores for every visible position.
+    for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
+        kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
+        for j in lo..hi {
+            let k = &kbuf[j * hd..(j + 1) * hd];
+            let c = base + j - start;
+            for h in 0..group {
+                scores[h * n_ctx + c] = p.scale * dot(&t.q_group[h * hd..(h + 1) * hd], k);
+            }
+        }
+    });
+    for h in 0..group {
+        softmax(&mut scores[h * n_ctx..(h + 1) * n_ctx]);
+    }
+    // Pass 2: probability-weighted sum of values.
+    out.fill(0.0);
+    for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
+        kv.read_v(t.layer, block, t.kv_head, hi, kbuf);
+        for j in lo..hi {
+            let v = &kbuf[j * hd..(j + 1) * hd];
+            let c = base + j - start;
+            for h in 0..group {
+                let w = scores[h * n_ctx + c];
+                for (o, v) in out[h * hd..(h + 1) * hd].iter_mut().zip(v) {
+                    *o += w * v;
+                }
+            }
+        }
+    });
+}
+
+/// Calls `f(block_id, first_position_of_block, lo, hi)` for each block overlapping
+/// positions `start..end`, where `lo..hi` are the slots inside the block to use.
+fn for_each_block(
+    block_table: &[u32],
+    bs: usize,
+    start: usize,
+    end: usize,
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
+    for b in start / bs..end.div_ceil(bs) {
+        let base = b * bs;
+        let lo = start.max(base) - base;
+        let hi = end.min(base + bs) - base;
+        f(block_table[b] as usize, base, lo, hi);
+    }
+}
+
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight independent accumulators let the compiler vectorise the reduction.
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}

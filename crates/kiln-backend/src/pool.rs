@@ -1,0 +1,194 @@
+//! A persistent worker pool for data-parallel kernels.
+//!
+//! Spawning threads per operation costs tens of microseconds, and a decode step runs
+//! hundreds of operations, so workers live as long as the pool. `run` hands out task
+//! indices through one atomic counter; the calling thread works too. Workers spin briefly
+//! after a job (the next op usually follows within microseconds), then park.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before parking on the condvar.
+const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
+
+type JobFn = dyn Fn(usize) + Sync;
+
+struct Shared {
+    /// Points at the caller's `&JobFn` (on its stack); valid while `active > 0`.
+    job: AtomicPtr<&'static JobFn>,
+    generation: AtomicU64,
+    next_task: AtomicUsize,
+    n_tasks: AtomicUsize,
+    /// Workers that have not yet finished the current generation.
+    active: AtomicUsize,
+    shutdown: AtomicBool,
+    park_lock: Mutex<()>,
+    wake: Condvar,
+}
+
+/// A fixed set of worker threads plus the caller.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// Serialises `run` calls from different threads: one job at a time.
+    run_lock: Mutex<()>,
+}
+
+impl ThreadPool {
+    /// A pool in which `n_threads` threads (the caller included) share the work.
+    pub fn new(n_threads: usize) -> Self {
+        let shared = Arc::new(Shared {
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            generation: AtomicU64::new(0),
+            next_task: AtomicUsize::new(0),
+            n_tasks: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            park_lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let workers = (1..n_threads.max(1))
+            .filter_map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("kiln-worker-{i}"))
+                    .spawn(move || worker_loop(&shared))
+                    .ok()
+            })
+            .collect();
+        Self {
+            shared,
+            workers,
+            run_lock: Mutex::new(()),
+        }
+    }
+
+    /// Threads that take part in a job (workers plus the caller).
+    pub fn n_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(i)` for every `i in 0..n_tasks`, spread over the pool; returns when all are done.
+    pub fn run<F: Fn(usize) + Sync>(&self, n_tasks: usize, f: F) {
+        if n_tasks == 0 {
+            return;
+        }
+        if self.workers.is_empty() || n_tasks == 1 {
+            (0..n_tasks).for_each(f);
+            return;
+        }
+        let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        let dyn_f: &JobFn = &f;
+        // The lifetime is erased: `run` does not return before every worker has
+        // decremented `active` for this generation, after which no worker reads the job.
+        let slot: *const &JobFn = &dyn_f;
+        s.job.store(slot as *mut &'static JobFn, Ordering::Relaxed);
+        s.n_tasks.store(n_tasks, Ordering::Relaxed);
+        s.next_task.store(0, Ordering::Relaxed);
+        s.active.store(self.workers.len(), Ordering::Relaxed);
+        s.generation.fetch_add(1, Ordering::Release);
+        {
+            let _l = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        run_tasks(s, dyn_f);
+        while s.active.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn run_tasks(s: &Shared, f: &JobFn) {
+    let n = s.n_tasks.load(Ordering::Relaxed);
+    loop {
+        let i = s.next_task.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        f(i);
+    }
+}
+
+fn worker_loop(s: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        // Wait for a new generation: spin first, then park.
+        let start = Instant::now();
+        let gen = loop {
+            if s.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let g = s.generation.load(Ordering::Acquire);
+            if g != seen {
+                break g;
+            }
+            if start.elapsed() < SPIN_BEFORE_PARK {
+                std::hint::spin_loop();
+                continue;
+            }
+            let guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire)
+            {
+                let _unused = s
+                    .wake
+                    .wait_timeout(guard, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        seen = gen;
+        // SAFETY: stored by `run` before the generation bump we acquired; it points at a
+        // live `&JobFn` until we decrement `active` below.
+        let f: &JobFn = unsafe { *s.job.load(Ordering::Relaxed) };
+        run_tasks(s, f);
+        s.active.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _l = self
+                .shared
+                .park_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once() {
+        let pool = ThreadPool::new(3);
+        for n in [0usize, 1, 2, 7, 100, 1000] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(n, |i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    #[test]
+    fn many_back_to_back_jobs() {
+        let pool = ThreadPool::new(2);
+        let total = AtomicUsize::new(0);
+        for _ in 0..5000 {
+            pool.run(4, |i| {
+                total.fetch_add(i, Ordering::Relaxed);
+            });
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 5000 * 6);
+    }
+}

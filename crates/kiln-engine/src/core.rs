@@ -1,0 +1,382 @@
+//! `EngineCore::step`: schedule → build the batch → run the model → sample → update.
+//!
+//! The core owns every piece of mutable engine state and runs on one thread (see
+//! [`crate::handle`]); nothing here is shared or locked.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use kiln_backend::KvCache;
+use kiln_model::Model;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::config::EngineConfig;
+use crate::kv::KvManager;
+use crate::plan::StepPlan;
+use crate::request::{
+    EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
+};
+use crate::sample::{Sampler, SamplingParams, SeqSamplingState};
+use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
+use crate::sequence::{SeqId, Sequence};
+use crate::stats::EngineStats;
+use crate::{Error, Result};
+
+/// Caller-chosen request id (unique among live requests).
+pub type RequestId = u64;
+
+/// Per-sequence state the scheduler doesn't need.
+struct SeqMeta {
+    req_id: RequestId,
+    index: usize,
+    sampling: SamplingParams,
+    sampler_state: SeqSamplingState,
+    stop: std::sync::Arc<StopConditions>,
+    events: UnboundedSender<EngineEvent>,
+    arrived: Instant,
+    scheduled: Option<Instant>,
+    first_token: Option<Instant>,
+}
+
+pub struct EngineCore {
+    model: Model,
+    kv_cache: KvCache,
+    scheduler: Scheduler,
+    plan: StepPlan,
+    sched_out: SchedulerOutput,
+    sampler: Sampler,
+    meta: HashMap<SeqId, SeqMeta>,
+    seqs_of: HashMap<RequestId, Vec<SeqId>>,
+    next_seq_id: SeqId,
+    eos_ids: Vec<u32>,
+    /// Reused per step: sequences that finished, and the tokens banned for one sample.
+    finished: Vec<(SeqId, FinishReason)>,
+    banned: Vec<u32>,
+    pub stats: EngineStats,
+}
+
+impl EngineCore {
+    /// Builds the KV cache and all step buffers up front.
+    pub fn new(model: Model, config: EngineConfig, eos_ids: Vec<u32>) -> Result<Self> {
+        if config.num_kv_blocks < config.blocks_per_full_seq() {
+            return Err(Error::Config(format!(
+                "{} KV blocks can't hold one sequence of {} tokens ({} blocks of {}); \
+                 raise the KV-cache memory or lower the maximum model length",
+                config.num_kv_blocks,
+                config.max_model_len,
+                config.blocks_per_full_seq(),
+                config.block_size
+            )));
+        }
+        let kv_cache = model.new_kv_cache(config.num_kv_blocks, config.block_size, config.kv_dtype);
+        let kv = KvManager::new(config.num_kv_blocks, config.block_size, config.enable_prefix_caching);
+        let scheduler = Scheduler::new(
+            SchedulerConfig {
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                max_model_len: config.max_model_len,
+            },
+            kv,
+        );
+        let ws = model.new_workspace(config.max_num_batched_tokens, config.max_num_seqs);
+        let max_table = config.max_num_seqs * config.blocks_per_full_seq();
+        let plan = StepPlan::new(config.max_num_batched_tokens, config.max_num_seqs, max_table, ws);
+        let stats = EngineStats::new(config.num_kv_blocks);
+        Ok(Self {
+            model,
+            kv_cache,
+            scheduler,
+            plan,
+            sched_out: SchedulerOutput::default(),
+            sampler: Sampler::new(),
+            meta: HashMap::new(),
+            seqs_of: HashMap::new(),
+            next_seq_id: 0,
+            eos_ids,
+            finished: Vec::new(),
+            banned: Vec::new(),
+            stats,
+        })
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.scheduler.config.max_model_len
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    pub fn kv(&self) -> &KvManager {
+        &self.scheduler.kv
+    }
+
+    /// Queues a request's `n` sequences; events go to `events`.
+    pub fn add_request(
+        &mut self,
+        req_id: RequestId,
+        req: GenerateRequest,
+        events: UnboundedSender<EngineEvent>,
+        arrived: Instant,
+    ) -> Result<()> {
+        validate(&req, self.scheduler.config.max_model_len)?;
+        if self.seqs_of.contains_key(&req_id) {
+            return Err(Error::Validation(format!("request id {req_id} is already live")));
+        }
+        let stop = std::sync::Arc::new(req.stop);
+        let base_seed = req.sampling.seed.unwrap_or_else(rand::random);
+        let mut ids = Vec::with_capacity(req.n);
+        for index in 0..req.n.max(1) {
+            let id = self.next_seq_id;
+            self.next_seq_id += 1;
+            let seed = base_seed.wrapping_add(index as u64);
+            self.meta.insert(
+                id,
+                SeqMeta {
+                    req_id,
+                    index,
+                    sampler_state: SeqSamplingState::new(&req.sampling, seed, &req.prompt),
+                    sampling: req.sampling.clone(),
+                    stop: stop.clone(),
+                    events: events.clone(),
+                    arrived,
+                    scheduled: None,
+                    first_token: None,
+                },
+            );
+            self.scheduler.add(Sequence {
+                id,
+                priority: req.priority,
+                arrival: 0,
+                tokens: {
+                    let mut t = Vec::with_capacity(req.prompt.len() + stop.max_tokens);
+                    t.extend_from_slice(&req.prompt);
+                    t
+                },
+                num_prompt_tokens: req.prompt.len(),
+                num_computed_tokens: 0,
+                cache_key: req.cache_key.clone(),
+                blocks: self.scheduler.kv.new_seq(),
+                num_cached_tokens: 0,
+                num_preemptions: 0,
+            });
+            ids.push(id);
+        }
+        self.seqs_of.insert(req_id, ids);
+        self.stats.requests_added(req.n.max(1));
+        Ok(())
+    }
+
+    /// Ends every sequence of a request (their blocks go back to the pool now).
+    pub fn abort_request(&mut self, req_id: RequestId) {
+        let Some(ids) = self.seqs_of.get(&req_id).cloned() else { return };
+        for id in ids {
+            self.finish(id, FinishReason::Abort);
+        }
+    }
+
+    /// Ends one completion of a request (a stop string matched on the consumer side).
+    pub fn abort_seq(&mut self, req_id: RequestId, index: usize) {
+        let id = self
+            .seqs_of
+            .get(&req_id)
+            .and_then(|ids| ids.iter().copied().find(|id| self.meta.get(id).is_some_and(|m| m.index == index)));
+        if let Some(id) = id {
+            self.finish(id, FinishReason::Abort);
+        }
+    }
+
+    /// Runs one step; returns false if there was nothing to do.
+    pub fn step(&mut self) -> bool {
+        let t0 = Instant::now();
+        self.scheduler.schedule(&mut self.sched_out);
+        if self.sched_out.scheduled.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        for sc in &self.sched_out.scheduled {
+            let seq = &self.scheduler.running()[sc.running_index];
+            if let Some(m) = self.meta.get_mut(&seq.id) {
+                if m.scheduled.is_none() {
+                    m.scheduled = Some(now);
+                    let _ = m.events.send(EngineEvent::Scheduled {
+                        index: m.index,
+                        cached_tokens: seq.num_cached_tokens,
+                    });
+                }
+            }
+        }
+        self.stats.preemptions(self.sched_out.preempted.len());
+        let block_size = self.scheduler.kv.block_size();
+        self.plan.build(&self.sched_out, self.scheduler.running(), block_size);
+        let t_sched = Instant::now();
+        let (batch, ws) = self.plan.input();
+        let result = self.model.forward(&batch, &mut self.kv_cache, ws);
+        let t_model = Instant::now();
+        let vocab = self.model.config().vocab_size;
+        match result {
+            Ok(logits) => {
+                // Sample for every sequence that caught up with its tokens.
+                for (row, &k) in self.plan.logits_owner.iter().enumerate() {
+                    let sc = self.sched_out.scheduled[k];
+                    let logits_row = &mut logits[row * vocab..(row + 1) * vocab];
+                    sample_one(
+                        &mut self.scheduler,
+                        &mut self.meta,
+                        &mut self.sampler,
+                        &mut self.banned,
+                        &mut self.finished,
+                        &self.eos_ids,
+                        sc.running_index,
+                        logits_row,
+                    );
+                }
+            }
+            Err(e) => {
+                // A failed step ends the sequences in it; the loop keeps running.
+                tracing_error(&e);
+                for sc in &self.sched_out.scheduled {
+                    let id = self.scheduler.running()[sc.running_index].id;
+                    self.finished.push((id, FinishReason::Abort));
+                }
+            }
+        }
+        // Advance computed tokens and publish full blocks to the prefix cache.
+        for sc in &self.sched_out.scheduled {
+            let seq = &mut self.scheduler.running_mut()[sc.running_index];
+            seq.num_computed_tokens += sc.num_new_tokens;
+        }
+        let (kv, running) = self.scheduler.kv_and_running();
+        for sc in &self.sched_out.scheduled {
+            let seq = &mut running[sc.running_index];
+            kv.commit(&mut seq.blocks, &seq.tokens, seq.num_computed_tokens, &seq.cache_key);
+        }
+        while let Some((id, reason)) = self.finished.pop() {
+            self.finish(id, reason);
+        }
+        let t_end = Instant::now();
+        self.stats.step(
+            self.sched_out.num_batched_tokens,
+            self.plan.logits_rows.len(),
+            t_sched - t0,
+            t_model - t_sched,
+            t_end - t_model,
+        );
+        self.publish_gauges();
+        true
+    }
+
+    /// Updates the running/waiting/KV gauges readers see.
+    pub fn publish_gauges(&self) {
+        self.stats.set_gauges(
+            self.scheduler.num_running(),
+            self.scheduler.num_waiting(),
+            self.scheduler.kv.usage(),
+            self.scheduler.kv.prefix_stats(),
+        );
+    }
+
+    fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        let Some(m) = self.meta.remove(&id) else { return };
+        let seq = self.scheduler.remove(id);
+        if let Some(ids) = self.seqs_of.get_mut(&m.req_id) {
+            ids.retain(|&s| s != id);
+            if ids.is_empty() {
+                self.seqs_of.remove(&m.req_id);
+            }
+        }
+        let n_out = seq.as_ref().map_or(0, |s| s.num_output_tokens());
+        self.stats.seq_finished(reason, n_out);
+        let _ = m.events.send(EngineEvent::Finished {
+            index: m.index,
+            reason,
+            timings: SeqTimings {
+                arrived: m.arrived,
+                scheduled: m.scheduled,
+                first_token: m.first_token,
+                finished: Instant::now(),
+            },
+        });
+        // `seq` drops here, returning its blocks to the pool.
+    }
+}
+
+/// Checks what the engine can't serve: an empty prompt, or prompt plus `max_tokens`
+/// past the context.
+pub fn validate(req: &GenerateRequest, max_model_len: usize) -> Result<()> {
+    if req.prompt.is_empty() {
+        return Err(Error::Validation("the prompt has no tokens".into()));
+    }
+    if req.prompt.len() + req.stop.max_tokens > max_model_len {
+        return Err(Error::ContextLength {
+            prompt: req.prompt.len(),
+            max_tokens: req.stop.max_tokens,
+            max_model_len,
+        });
+    }
+    Ok(())
+}
+
+fn tracing_error(e: &kiln_model::Error) {
+    tracing::error!(error = %e, "step failed; ending the sequences in it");
+}
+
+/// Samples the next token of running sequence `i`, appends it, emits it, and records
+/// whether the sequence is done.
+#[allow(clippy::too_many_arguments)]
+fn sample_one(
+    scheduler: &mut Scheduler,
+    metas: &mut HashMap<SeqId, SeqMeta>,
+    sampler: &mut Sampler,
+    banned: &mut Vec<u32>,
+    finished: &mut Vec<(SeqId, FinishReason)>,
+    eos_ids: &[u32],
+    i: usize,
+    logits: &mut [f32],
+) {
+    let max_model_len = scheduler.config.max_model_len;
+    let seq = &mut scheduler.running_mut()[i];
+    let Some(m) = metas.get_mut(&seq.id) else { return };
+    let n_out = seq.num_output_tokens();
+    banned.clear();
+    if n_out < m.stop.min_tokens {
+        if !m.stop.ignore_eos {
+            banned.extend_from_slice(eos_ids);
+        }
+        banned.extend_from_slice(&m.stop.stop_token_ids);
+    }
+    let s = sampler.sample(logits, &m.sampling, &mut m.sampler_state, banned);
+    let token = s.token;
+    m.sampler_state.record(token);
+    seq.tokens.push(token);
+    if m.first_token.is_none() {
+        m.first_token = Some(Instant::now());
+    }
+    let logprobs = s.logprob.map(|logprob| TokenLogprobs {
+        logprob,
+        top: s.top_logprobs,
+    });
+    let sent = m.events.send(EngineEvent::Token {
+        index: m.index,
+        token,
+        logprobs,
+    });
+    let n_out = n_out + 1;
+    let reason = if sent.is_err() {
+        // Nobody is listening any more: the client went away.
+        Some(FinishReason::Abort)
+    } else if (!m.stop.ignore_eos && eos_ids.contains(&token)) || m.stop.stop_token_ids.contains(&token) {
+        Some(FinishReason::Stop)
+    } else if n_out >= m.stop.max_tokens || seq.tokens.len() >= max_model_len {
+        Some(FinishReason::Length)
+    } else {
+        None
+    };
+    if let Some(r) = reason {
+        finished.push((seq.id, r));
+    }
+}

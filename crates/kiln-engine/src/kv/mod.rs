@@ -1,0 +1,9 @@
+//! KV-cache bookkeeping: which blocks each sequence holds, and the prefix cache. Holds no
+//! tensors (the storage is the backend's), so it is tested without a model.
+
+pub mod block_pool;
+pub mod manager;
+pub mod prefix_hash;
+
+pub use manager::{KvManager, PrefixCacheStats, SeqBlocks};
+pub use prefix_hash::{hash_block, BlockHash, ROOT};

@@ -1,0 +1,89 @@
+//! Step buffers built once at startup and reused by every step.
+//!
+//! This is Kiln's CPU analogue of Infire's per-batch-size CUDA graphs: the batch arrays
+//! and the model workspace are sized for the largest step (`max_num_batched_tokens` rows,
+//! `max_num_seqs` logits rows) before the first request, so the step loop only clears
+//! and refills them — no heap allocation per step. Kernel choice is resolved once per
+//! weight matrix at load (a function-pointer table), not per call.
+
+use kiln_model::{BatchInput, SeqSpan, Workspace};
+
+use crate::scheduler::SchedulerOutput;
+use crate::sequence::Sequence;
+
+pub struct StepPlan {
+    pub token_ids: Vec<u32>,
+    pub positions: Vec<u32>,
+    pub slot_mapping: Vec<u32>,
+    pub seqs: Vec<SeqSpan>,
+    pub block_tables: Vec<u32>,
+    pub logits_rows: Vec<u32>,
+    /// For each logits row, the index into `SchedulerOutput::scheduled`.
+    pub logits_owner: Vec<usize>,
+    pub workspace: Workspace,
+}
+
+impl StepPlan {
+    pub fn new(max_rows: usize, max_seqs: usize, max_blocks: usize, workspace: Workspace) -> Self {
+        Self {
+            token_ids: Vec::with_capacity(max_rows),
+            positions: Vec::with_capacity(max_rows),
+            slot_mapping: Vec::with_capacity(max_rows),
+            seqs: Vec::with_capacity(max_seqs),
+            block_tables: Vec::with_capacity(max_blocks),
+            logits_rows: Vec::with_capacity(max_seqs),
+            logits_owner: Vec::with_capacity(max_seqs),
+            workspace,
+        }
+    }
+
+    /// Fills the batch arrays for the scheduled sequences.
+    pub fn build(&mut self, out: &SchedulerOutput, running: &[Sequence], block_size: usize) {
+        self.token_ids.clear();
+        self.positions.clear();
+        self.slot_mapping.clear();
+        self.seqs.clear();
+        self.block_tables.clear();
+        self.logits_rows.clear();
+        self.logits_owner.clear();
+        for (k, sc) in out.scheduled.iter().enumerate() {
+            let seq = &running[sc.running_index];
+            let table = seq.blocks.block_table();
+            let start_row = self.token_ids.len();
+            let first = seq.num_computed_tokens;
+            for pos in first..first + sc.num_new_tokens {
+                self.token_ids.push(seq.tokens[pos]);
+                self.positions.push(pos as u32);
+                let slot = table[pos / block_size] as usize * block_size + pos % block_size;
+                self.slot_mapping.push(slot as u32);
+            }
+            self.seqs.push(SeqSpan {
+                start: start_row,
+                len: sc.num_new_tokens,
+                table_start: self.block_tables.len(),
+                table_len: table.len(),
+            });
+            self.block_tables.extend_from_slice(table);
+            // Only a sequence that catches up with its tokens samples this step.
+            if first + sc.num_new_tokens == seq.tokens.len() {
+                self.logits_rows.push((self.token_ids.len() - 1) as u32);
+                self.logits_owner.push(k);
+            }
+        }
+    }
+
+    /// The model input for the built batch, and the workspace to run it in.
+    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace) {
+        (
+            BatchInput {
+                token_ids: &self.token_ids,
+                positions: &self.positions,
+                slot_mapping: &self.slot_mapping,
+                seqs: &self.seqs,
+                block_tables: &self.block_tables,
+                logits_rows: &self.logits_rows,
+            },
+            &mut self.workspace,
+        )
+    }
+}

@@ -1,0 +1,218 @@
+//! Logits → one token, in vLLM's order: logit bias, penalties, banned tokens, then greedy
+//! argmax or temperature → top-k → top-p → min-p → a draw from the request's own stream.
+//!
+//! Buffers live in the [`Sampler`] and are reused, so sampling allocates nothing once
+//! warm (except the alternatives list when a request asks for logprobs).
+
+use rand::Rng;
+
+use super::{SamplingParams, SeqSamplingState};
+
+/// Candidates kept before falling back to a full sort for top-p: the mass of the top few
+/// hundred tokens almost always reaches p.
+const PARTIAL_SORT: usize = 256;
+
+/// The chosen token and, if asked, log-probabilities from the raw model distribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub token: u32,
+    pub logprob: Option<f32>,
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+#[derive(Default)]
+pub struct Sampler {
+    /// (logit, token) candidates.
+    cand: Vec<(f32, u32)>,
+    /// The untouched logits, kept only for requests that want logprobs.
+    raw: Vec<f32>,
+}
+
+impl Sampler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Picks the next token from `logits` (modified in place). `banned` tokens (e.g. EOS
+    /// before `min_tokens`) can't be picked.
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        params: &SamplingParams,
+        state: &mut SeqSamplingState,
+        banned: &[u32],
+    ) -> Sampled {
+        let (lse, top_logprobs) = match params.logprobs {
+            Some(n) => self.raw_logprobs(logits, n),
+            None => (f32::NAN, Vec::new()),
+        };
+        for &(t, b) in &params.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
+        if params.has_penalties() {
+            apply_penalties(logits, params, state);
+        }
+        for &t in banned {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let token = if params.is_greedy() {
+            argmax(logits)
+        } else {
+            self.draw(logits, params, state)
+        };
+        Sampled {
+            token,
+            logprob: params.logprobs.map(|_| self.raw[token as usize] - lse),
+            top_logprobs,
+        }
+    }
+
+    /// Saves the untouched logits and returns their log-sum-exp and the `n` most likely
+    /// tokens with their log-probabilities.
+    fn raw_logprobs(&mut self, logits: &[f32], n: usize) -> (f32, Vec<(u32, f32)>) {
+        self.raw.clear();
+        self.raw.extend_from_slice(logits);
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        let mut top = Vec::with_capacity(n);
+        if n > 0 {
+            self.fill_candidates(logits);
+            let k = n.min(self.cand.len());
+            self.partial_sort_desc(k);
+            top.extend(self.cand[..k].iter().map(|&(l, t)| (t, l - lse)));
+        }
+        (lse, top)
+    }
+
+    fn fill_candidates(&mut self, logits: &[f32]) {
+        self.cand.clear();
+        self.cand
+            .extend(logits.iter().enumerate().map(|(i, &l)| (l, i as u32)));
+    }
+
+    /// Moves the `k` largest candidates to the front, sorted descending (ties by id).
+    fn partial_sort_desc(&mut self, k: usize) {
+        let cmp = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if k == 0 {
+            return;
+        }
+        if k < self.cand.len() {
+            self.cand.select_nth_unstable_by(k - 1, cmp);
+        }
+        self.cand[..k].sort_unstable_by(cmp);
+    }
+
+    fn draw(&mut self, logits: &[f32], p: &SamplingParams, state: &mut SeqSamplingState) -> u32 {
+        let inv_t = 1.0 / p.temperature;
+        self.cand.clear();
+        self.cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_finite())
+                .map(|(i, &l)| (l * inv_t, i as u32)),
+        );
+        if self.cand.is_empty() {
+            return argmax(logits);
+        }
+        // Sorting descending is needed for top-k/top-p and makes the draw independent of
+        // the vocabulary's order; sort only as much as the filters need.
+        let mut keep = self.cand.len();
+        if p.top_k > 0 {
+            keep = keep.min(p.top_k);
+        }
+        let sorted = if p.top_p < 1.0 {
+            let k = keep.min(PARTIAL_SORT);
+            self.partial_sort_desc(k);
+            if k < keep && mass_of_prefix(&self.cand, k) < p.top_p {
+                self.partial_sort_desc(keep);
+                keep
+            } else {
+                k
+            }
+        } else {
+            self.partial_sort_desc(keep);
+            keep
+        };
+        keep = keep.min(sorted);
+        let max = self.cand[0].0;
+        // Probabilities (unnormalised) of the kept prefix.
+        let mut total = 0.0f64;
+        let mut cut = keep;
+        let norm: f64 = if p.top_p < 1.0 || p.min_p > 0.0 {
+            self.cand[..keep].iter().map(|c| ((c.0 - max) as f64).exp()).sum()
+        } else {
+            1.0
+        };
+        for (i, c) in self.cand[..keep].iter().enumerate() {
+            let w = ((c.0 - max) as f64).exp();
+            if p.min_p > 0.0 && w < p.min_p as f64 && i > 0 {
+                cut = i;
+                break;
+            }
+            total += w;
+            if p.top_p < 1.0 && total / norm >= p.top_p as f64 {
+                cut = i + 1;
+                break;
+            }
+        }
+        let kept = &self.cand[..cut.max(1)];
+        let mass: f64 = kept.iter().map(|c| ((c.0 - max) as f64).exp()).sum();
+        let mut u = state.rng.random::<f64>() * mass;
+        for c in kept {
+            u -= ((c.0 - max) as f64).exp();
+            if u <= 0.0 {
+                return c.1;
+            }
+        }
+        kept[kept.len() - 1].1
+    }
+}
+
+/// Softmax mass of the first `k` (sorted) candidates relative to all of them.
+fn mass_of_prefix(cand: &[(f32, u32)], k: usize) -> f32 {
+    let max = cand[0].0;
+    let head: f64 = cand[..k].iter().map(|c| ((c.0 - max) as f64).exp()).sum();
+    let all: f64 = head
+        + cand[k..]
+            .iter()
+            .map(|c| ((c.0 - max) as f64).exp())
+            .sum::<f64>();
+    (head / all) as f32
+}
+
+fn apply_penalties(logits: &mut [f32], p: &SamplingParams, s: &SeqSamplingState) {
+    let rep = p.repetition_penalty;
+    let penalize = |l: &mut f32| {
+        *l = if *l > 0.0 { *l / rep } else { *l * rep };
+    };
+    if rep != 1.0 {
+        for &t in &s.prompt_tokens {
+            if let Some(l) = logits.get_mut(t as usize) {
+                penalize(l);
+            }
+        }
+    }
+    for (&t, &n) in &s.output_counts {
+        let Some(l) = logits.get_mut(t as usize) else { continue };
+        if rep != 1.0 && s.prompt_tokens.binary_search(&t).is_err() {
+            penalize(l);
+        }
+        *l -= p.presence_penalty + p.frequency_penalty * n as f32;
+    }
+}
+
+/// Index of the largest logit (the first one on ties, as llama.cpp's greedy sampler).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

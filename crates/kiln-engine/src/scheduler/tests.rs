@@ -1,0 +1,173 @@
+//! Scheduler rules, exercised without a model: budget, chunking, admission, preemption,
+//! priority.
+
+use super::*;
+
+fn sched(num_blocks: usize, budget: usize, max_seqs: usize) -> Scheduler {
+    Scheduler::new(
+        SchedulerConfig {
+            max_num_batched_tokens: budget,
+            max_num_seqs: max_seqs,
+            max_model_len: 4096,
+        },
+        KvManager::new(num_blocks, 4, true),
+    )
+}
+
+fn add(s: &mut Scheduler, id: SeqId, prompt_len: usize, priority: i32) {
+    let seq = Sequence {
+        id,
+        priority,
+        arrival: 0,
+        // Distinct tokens per id so prefixes don't collide across tests' sequences.
+        tokens: (0..prompt_len as u32).map(|t| t + 1000 * id as u32).collect(),
+        num_prompt_tokens: prompt_len,
+        num_computed_tokens: 0,
+        cache_key: Vec::new(),
+        blocks: s.kv.new_seq(),
+        num_cached_tokens: 0,
+        num_preemptions: 0,
+    };
+    s.add(seq);
+}
+
+/// What the engine does after a step: computed tokens advance; caught-up sequences get
+/// one new token.
+fn apply(s: &mut Scheduler, out: &SchedulerOutput) {
+    for sc in &out.scheduled {
+        let seq = &mut s.running_mut()[sc.running_index];
+        seq.num_computed_tokens += sc.num_new_tokens;
+        if seq.num_computed_tokens == seq.tokens.len() {
+            seq.tokens.push(7);
+        }
+    }
+}
+
+fn step(s: &mut Scheduler) -> Vec<(SeqId, usize)> {
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    apply(s, &out);
+    out.scheduled.iter().map(|x| (x.seq_id, x.num_new_tokens)).collect()
+}
+
+#[test]
+fn long_prompt_is_chunked_to_the_budget() {
+    let mut s = sched(64, 8, 8);
+    add(&mut s, 1, 20, 0);
+    assert_eq!(step(&mut s), vec![(1, 8)]);
+    assert_eq!(step(&mut s), vec![(1, 8)]);
+    assert_eq!(step(&mut s), vec![(1, 4)]);
+    assert_eq!(step(&mut s), vec![(1, 1)], "then decodes");
+}
+
+#[test]
+fn decodes_go_first_and_prefill_takes_the_rest() {
+    let mut s = sched(64, 8, 8);
+    add(&mut s, 1, 3, 0);
+    add(&mut s, 2, 3, 0);
+    assert_eq!(step(&mut s), vec![(1, 3), (2, 3)]);
+    add(&mut s, 3, 30, 0);
+    // Both decodes are served every step while the long prompt is chunked around them.
+    for _ in 0..4 {
+        let got = step(&mut s);
+        assert_eq!(&got[..2], &[(1, 1), (2, 1)]);
+        assert_eq!(got[2].0, 3);
+        assert!(got[2].1 <= 6);
+    }
+}
+
+#[test]
+fn max_num_seqs_caps_admission() {
+    let mut s = sched(64, 100, 2);
+    for id in 1..=3 {
+        add(&mut s, id, 2, 0);
+    }
+    assert_eq!(step(&mut s).len(), 2);
+    assert_eq!(s.num_waiting(), 1);
+    s.remove(1);
+    let got = step(&mut s);
+    assert!(got.contains(&(3, 2)), "{got:?}");
+}
+
+#[test]
+fn admission_waits_for_free_blocks() {
+    // 4 blocks of 4 tokens: a 12-token prompt takes 3, so a second one can't fit.
+    let mut s = sched(4, 100, 8);
+    add(&mut s, 1, 12, 0);
+    add(&mut s, 2, 12, 0);
+    assert_eq!(step(&mut s), vec![(1, 12)]);
+    assert_eq!(s.num_waiting(), 1);
+    s.remove(1);
+    assert_eq!(s.kv.num_free_blocks(), 4, "removal released the blocks");
+    assert_eq!(step(&mut s), vec![(2, 12)]);
+}
+
+#[test]
+fn newest_is_preempted_and_resumes_later() {
+    // 4 blocks; two sequences of 7 tokens hold 2 blocks each. When the older one needs a
+    // third block, the newer one is preempted (recompute) and comes back when space frees.
+    let mut s = sched(4, 100, 8);
+    add(&mut s, 1, 7, 0);
+    add(&mut s, 2, 7, 0);
+    assert_eq!(step(&mut s), vec![(1, 7), (2, 7)]);
+    // Both now have 8 tokens (7 computed); decoding token 8 fits in block 2.
+    assert_eq!(step(&mut s), vec![(1, 1), (2, 1)]);
+    // Token 9 needs a third block for each: 1 gets it by preempting 2.
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    assert_eq!(out.preempted, vec![2]);
+    assert_eq!(out.scheduled.len(), 1);
+    assert_eq!(out.scheduled[0].seq_id, 1);
+    apply(&mut s, &out);
+    assert_eq!(s.num_waiting(), 1);
+    s.remove(1);
+    // The preempted sequence recomputes its prompt and its generated tokens.
+    let got = step(&mut s);
+    assert_eq!(got, vec![(2, 9)]);
+}
+
+#[test]
+fn lower_priority_value_runs_first() {
+    let mut s = sched(64, 100, 1);
+    add(&mut s, 1, 2, 5);
+    add(&mut s, 2, 2, 0);
+    assert_eq!(step(&mut s), vec![(2, 2)]);
+}
+
+#[test]
+fn fcfs_within_a_priority() {
+    let mut s = sched(64, 4, 8);
+    for id in 1..=3 {
+        add(&mut s, id, 4, 0);
+    }
+    assert_eq!(step(&mut s), vec![(1, 4)]);
+    // 1 decodes (1 token); 2 gets the other 3; 3 still waits its turn.
+    assert_eq!(step(&mut s), vec![(1, 1), (2, 3)]);
+}
+
+#[test]
+fn prefix_hit_skips_cached_blocks() {
+    let mut s = sched(64, 100, 8);
+    add(&mut s, 1, 10, 0);
+    step(&mut s);
+    // Commit what sequence 1 computed, as the engine does after a step.
+    let toks = s.running[0].tokens.clone();
+    let n = s.running[0].num_computed_tokens;
+    s.kv.commit(&mut s.running[0].blocks, &toks, n, b"");
+    // Same prompt under another id: 8 of 10 tokens (two full blocks) come from the cache.
+    let seq = Sequence {
+        id: 9,
+        priority: 0,
+        arrival: 0,
+        tokens: toks[..10].to_vec(),
+        num_prompt_tokens: 10,
+        num_computed_tokens: 0,
+        cache_key: Vec::new(),
+        blocks: s.kv.new_seq(),
+        num_cached_tokens: 0,
+        num_preemptions: 0,
+    };
+    s.add(seq);
+    let got = step(&mut s);
+    assert!(got.contains(&(9, 2)), "{got:?}");
+}

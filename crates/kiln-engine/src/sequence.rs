@@ -1,0 +1,44 @@
+//! One sequence as the scheduler sees it: its tokens, progress and blocks.
+
+use crate::kv::SeqBlocks;
+
+/// A sequence id, unique within an engine.
+pub type SeqId = u64;
+
+pub struct Sequence {
+    pub id: SeqId,
+    /// Lower runs first (vLLM's convention); ties go to the earlier arrival.
+    pub priority: i32,
+    /// Arrival order, for FCFS.
+    pub arrival: u64,
+    /// Prompt then generated tokens.
+    pub tokens: Vec<u32>,
+    pub num_prompt_tokens: usize,
+    /// Tokens whose K/V are in the cache.
+    pub num_computed_tokens: usize,
+    /// Extra prefix-cache key material (adapter id, cache salt).
+    pub cache_key: Vec<u8>,
+    pub blocks: SeqBlocks,
+    /// Prompt tokens found in the prefix cache at admission (for `usage`).
+    pub num_cached_tokens: usize,
+    pub num_preemptions: u32,
+}
+
+impl Sequence {
+    pub fn num_output_tokens(&self) -> usize {
+        self.tokens.len() - self.num_prompt_tokens
+    }
+
+    /// Tokens still to compute before the next one can be sampled.
+    pub fn num_pending(&self) -> usize {
+        self.tokens.len() - self.num_computed_tokens
+    }
+
+    pub fn is_decoding(&self) -> bool {
+        self.num_pending() == 1 && self.num_computed_tokens > 0
+    }
+
+    pub(crate) fn order_key(&self) -> (i32, u64) {
+        (self.priority, self.arrival)
+    }
+}

@@ -1,0 +1,138 @@
+//! A model ready to serve: weights, tokenizer, chat template and a running engine thread.
+//!
+//! The CLI and the HTTP server both load models through here, so they behave the same.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kiln_backend::KvDtype;
+use kiln_model::{LoadOptions, Model, ModelConfig};
+use kiln_tokenizer::{ChatTemplate, Tokenizer};
+
+use crate::core::EngineCore;
+use crate::handle::{EngineHandle, EngineThread};
+use crate::output::TextStream;
+use crate::request::GenerateRequest;
+use crate::{EngineConfig, Error, Result};
+
+/// Serving limits; `None` fields get defaults from the model and the machine.
+#[derive(Debug, Clone)]
+pub struct ServingOptions {
+    /// Bytes of KV cache; default: a quarter of available memory, at most 4 GiB.
+    pub kv_cache_bytes: Option<usize>,
+    pub kv_dtype: KvDtype,
+    pub block_size: usize,
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    /// Default: the model's context length, capped to what the KV cache can hold.
+    pub max_model_len: Option<usize>,
+    pub enable_prefix_caching: bool,
+    pub load: LoadOptions,
+}
+
+impl ServingOptions {
+    pub fn detect() -> Self {
+        Self {
+            kv_cache_bytes: None,
+            kv_dtype: KvDtype::F16,
+            block_size: 16,
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            max_model_len: None,
+            enable_prefix_caching: true,
+            load: LoadOptions::detect(),
+        }
+    }
+}
+
+/// Memory the OS says is available (Linux `MemAvailable`), if known.
+pub fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+const DEFAULT_KV_CAP: usize = 4 << 30;
+
+pub struct ServingModel {
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<ChatTemplate>,
+    pub model_config: ModelConfig,
+    pub engine_config: EngineConfig,
+    handle: EngineHandle,
+    thread: Option<EngineThread>,
+}
+
+impl ServingModel {
+    /// Loads `path` (GGUF) and starts its engine thread.
+    pub fn load(name: &str, path: &Path, opts: &ServingOptions) -> Result<Self> {
+        let model = Model::load(path, &opts.load)?;
+        let gguf = model.gguf().clone();
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(|e| Error::Config(format!("tokenizer: {e}")))?);
+        let chat_template = match tokenizer.chat_template() {
+            Some(src) => Some(
+                ChatTemplate::new(src, &tokenizer.bos_text(), &tokenizer.eos_text())
+                    .map_err(|e| Error::Config(format!("chat template: {e}")))?,
+            ),
+            None => None,
+        };
+        let model_config = model.config().clone();
+        let block_bytes = model.kv_shape(1, opts.block_size).block_bytes(opts.kv_dtype);
+        let kv_bytes = opts
+            .kv_cache_bytes
+            .unwrap_or_else(|| available_memory().map_or(DEFAULT_KV_CAP, |m| (m / 4).min(DEFAULT_KV_CAP)));
+        let num_kv_blocks = EngineConfig::blocks_for_budget(kv_bytes, block_bytes);
+        let fits = num_kv_blocks * opts.block_size;
+        let max_model_len = opts
+            .max_model_len
+            .unwrap_or_else(|| model_config.context_length.min(fits));
+        if max_model_len > model_config.context_length {
+            return Err(Error::Config(format!(
+                "max model length {max_model_len} exceeds the model's context of {}",
+                model_config.context_length
+            )));
+        }
+        let engine_config = EngineConfig {
+            block_size: opts.block_size,
+            num_kv_blocks,
+            kv_dtype: opts.kv_dtype,
+            max_num_batched_tokens: opts.max_num_batched_tokens,
+            max_num_seqs: opts.max_num_seqs,
+            max_model_len,
+            enable_prefix_caching: opts.enable_prefix_caching,
+        };
+        let core = EngineCore::new(model, engine_config.clone(), tokenizer.eos_ids().to_vec())?;
+        let (handle, thread) = crate::handle::spawn(core)?;
+        Ok(Self {
+            name: name.to_string(),
+            tokenizer,
+            chat_template,
+            model_config,
+            engine_config,
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn handle(&self) -> &EngineHandle {
+        &self.handle
+    }
+
+    /// Submits `req` and returns its text stream.
+    pub fn generate(&self, req: GenerateRequest, skip_special: bool) -> Result<TextStream> {
+        let n = req.n.max(1);
+        let stops = req.stop.stop_strings.clone();
+        let events = self.handle.submit(req)?;
+        Ok(TextStream::new(events, self.tokenizer.clone(), n, &stops, skip_special))
+    }
+
+    /// Stops admitting requests, lets running ones finish, and joins the engine thread.
+    pub fn shutdown(mut self) {
+        self.handle.drain();
+        if let Some(t) = self.thread.take() {
+            t.join();
+        }
+    }
+}

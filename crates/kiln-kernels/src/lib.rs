@@ -1,0 +1,25 @@
+//! Kiln's CPU compute kernels.
+//!
+//! - [`quant`]: per-type row kernels bit-compatible with ggml/GGUF block layouts:
+//!   `vec_dot` (weight row · quantized activation row), `dequantize_row`, and the
+//!   activation quantizers, each with a scalar reference and AVX2 / AVX-512 twins.
+//! - [`KernelTable`]: plain function pointers for one instruction set, chosen once at
+//!   run time ([`Isa::detect`]).
+//! - [`ops`]: f32 primitives (RMS norm, softmax, RoPE, activations, conversions).
+//!
+//! A leaf crate: no allocation inside kernels, no threads, no I/O. `unsafe` appears only
+//! in the per-ISA kernel files and in `dispatch.rs`, which hands out an ISA's kernels
+//! only after the CPU has been checked for it.
+
+mod dispatch;
+mod error;
+pub mod ops;
+pub mod quant;
+mod types;
+
+pub use dispatch::{
+    ActKernels, DequantizeFn, Isa, KernelTable, QuantizeFn, TypeKernels, VecDotFn,
+};
+pub use error::{Error, Result};
+pub use half;
+pub use types::{ActType, WeightType, QK_K};

@@ -1,0 +1,3 @@
+//! bf16 weights (f32 activations).
+
+pub mod scalar;

@@ -1,0 +1,3 @@
+//! f16 weights (f32 activations).
+
+pub mod scalar;

@@ -1,0 +1,3 @@
+//! f32 weights and f32 activations.
+
+pub mod scalar;

@@ -1,0 +1,3 @@
+//! q4_K weights (q8_K activations).
+
+pub mod scalar;

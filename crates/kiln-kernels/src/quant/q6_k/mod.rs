@@ -1,0 +1,3 @@
+//! q6_K weights (q8_K activations).
+
+pub mod scalar;

@@ -1,0 +1,3 @@
+//! q8_0 weights and activations.
+
+pub mod scalar;

@@ -1,0 +1,3 @@
+//! q8_K activations (for the k-quants).
+
+pub mod scalar;

@@ -1,0 +1,168 @@
+//! The transformer forward pass shared by every architecture.
+//!
+//! One definition: architecture differences (biases, QK-norm, sandwich norms, GELU vs
+//! SiLU, sliding windows, embedding scale, RoPE style) are data in [`ModelConfig`] and
+//! optional weights, not separate code paths.
+
+use kiln_backend::{matmul, paged_attention, AttentionParams, KvCache, QMatrix, ThreadPool};
+use kiln_kernels::{ops, KernelTable};
+
+use crate::config::{Activation, ModelConfig};
+use crate::weights::{LayerWeights, Weights};
+use crate::workspace::Workspace;
+use crate::BatchInput;
+
+pub(crate) struct Ctx<'a> {
+    pub cfg: &'a ModelConfig,
+    pub weights: &'a Weights,
+    pub pool: &'a ThreadPool,
+    pub kt: &'static KernelTable,
+}
+
+impl Ctx<'_> {
+    fn linear(&self, w: &QMatrix, x: &[f32], rows: usize, out: &mut [f32], act: &mut Vec<u8>) {
+        matmul(self.pool, self.kt, w, &x[..rows * w.cols], rows, &mut out[..rows * w.rows], act);
+    }
+
+    /// Runs every layer over the batch and writes logits for `batch.logits_rows`.
+    pub fn forward(&self, batch: &BatchInput<'_>, kv: &mut KvCache, ws: &mut Workspace) {
+        let (cfg, n) = (self.cfg, batch.n_rows());
+        let d = cfg.d_model;
+        for (r, &tok) in batch.token_ids.iter().enumerate() {
+            let row = &mut ws.x[r * d..(r + 1) * d];
+            self.weights.token_embd.dequantize_row(self.kt, tok as usize, row);
+            if let Some(s) = cfg.embed_scale {
+                row.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+        for (l, lw) in self.weights.layers.iter().enumerate() {
+            self.attention_block(l, lw, batch, kv, ws);
+            self.ffn_block(lw, n, ws);
+        }
+        let m = batch.logits_rows.len();
+        for (i, &r) in batch.logits_rows.iter().enumerate() {
+            let r = r as usize;
+            ops::rms_norm(
+                &ws.x[r * d..(r + 1) * d],
+                &self.weights.output_norm,
+                cfg.rms_eps,
+                &mut ws.final_h[i * d..(i + 1) * d],
+            );
+        }
+        let vocab = cfg.vocab_size;
+        self.linear(&self.weights.output, &ws.final_h, m, &mut ws.logits[..m * vocab], &mut ws.act);
+    }
+
+    fn attention_block(
+        &self,
+        l: usize,
+        lw: &LayerWeights,
+        batch: &BatchInput<'_>,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+    ) {
+        let cfg = self.cfg;
+        let (n, d, hd) = (batch.n_rows(), cfg.d_model, cfg.head_dim);
+        let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+        rms_norm_rows(&ws.x, &lw.attn_norm, cfg.rms_eps, n, d, &mut ws.h);
+        self.linear(&lw.wq, &ws.h, n, &mut ws.q, &mut ws.act);
+        self.linear(&lw.wk, &ws.h, n, &mut ws.k, &mut ws.act);
+        self.linear(&lw.wv, &ws.h, n, &mut ws.v, &mut ws.act);
+        add_bias(&mut ws.q[..n * qd], lw.bq.as_deref());
+        add_bias(&mut ws.k[..n * kvd], lw.bk.as_deref());
+        add_bias(&mut ws.v[..n * kvd], lw.bv.as_deref());
+        if let Some(w) = &lw.q_norm {
+            norm_heads(&mut ws.q[..n * qd], w, cfg.rms_eps, hd);
+        }
+        if let Some(w) = &lw.k_norm {
+            norm_heads(&mut ws.k[..n * kvd], w, cfg.rms_eps, hd);
+        }
+        let local = cfg.layer_is_local[l];
+        let base = if local { cfg.rope_base_local } else { cfg.rope_base };
+        for r in 0..n {
+            let pos = batch.positions[r];
+            let q = &mut ws.q[r * qd..(r + 1) * qd];
+            ops::rope_inplace(q, cfg.n_heads, hd, cfg.rope_dims, pos, base, cfg.rope_style);
+            let k = &mut ws.k[r * kvd..(r + 1) * kvd];
+            ops::rope_inplace(k, cfg.n_kv_heads, hd, cfg.rope_dims, pos, base, cfg.rope_style);
+            kv.write(
+                l,
+                batch.slot_mapping[r] as usize,
+                &ws.k[r * kvd..(r + 1) * kvd],
+                &ws.v[r * kvd..(r + 1) * kvd],
+            );
+        }
+        let params = AttentionParams {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            scale: cfg.attn_scale,
+            window: if local { cfg.sliding_window } else { None },
+        };
+        paged_attention(
+            self.pool,
+            kv,
+            l,
+            &params,
+            &ws.q[..n * qd],
+            batch.positions,
+            batch.seqs,
+            batch.block_tables,
+            &mut ws.attn[..n * qd],
+        );
+        self.linear(&lw.wo, &ws.attn, n, &mut ws.o, &mut ws.act);
+        if let Some(w) = &lw.post_attn_norm {
+            norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
+        }
+        add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+    }
+
+    fn ffn_block(&self, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
+        let cfg = self.cfg;
+        let (d, ff) = (cfg.d_model, cfg.ffn_dim);
+        rms_norm_rows(&ws.x, &lw.ffn_norm, cfg.rms_eps, n, d, &mut ws.h);
+        self.linear(&lw.w_gate, &ws.h, n, &mut ws.gate, &mut ws.act);
+        self.linear(&lw.w_up, &ws.h, n, &mut ws.up, &mut ws.act);
+        let (gate, up) = (&mut ws.gate[..n * ff], &ws.up[..n * ff]);
+        match cfg.activation {
+            Activation::Silu => ops::swiglu_inplace(gate, up),
+            Activation::GeluTanh => ops::geglu_tanh_inplace(gate, up),
+        }
+        self.linear(&lw.w_down, &ws.gate, n, &mut ws.o, &mut ws.act);
+        if let Some(w) = &lw.post_ffn_norm {
+            norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
+        }
+        add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+    }
+}
+
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, n: usize, d: usize, out: &mut [f32]) {
+    for r in 0..n {
+        ops::rms_norm(&x[r * d..(r + 1) * d], w, eps, &mut out[r * d..(r + 1) * d]);
+    }
+}
+
+/// RMS-normalises each `width`-wide chunk of `x` in place (rows, or heads within rows).
+fn norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
+    for chunk in x.chunks_exact_mut(width) {
+        ops::rms_norm_inplace(chunk, w, eps);
+    }
+}
+
+fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
+    norm_rows_inplace(x, w, eps, head_dim);
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_inplace(row, b);
+        }
+    }
+}
+
+fn add_inplace(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,138 @@
+//! Model architectures over Kiln's backend: `llama` (SmolLM2), `qwen2` and `gemma3`.
+//!
+//! One transformer definition ([`forward`]) covers all three; their differences are
+//! data in [`ModelConfig`] plus optional weights. Weights stay in the GGUF mapping and go
+//! through one quant-agnostic matmul. The API is batch-first: a [`BatchInput`] is a flat
+//! list of tokens from many sequences with per-token positions and KV slots, read and
+//! written through paged block tables. The model holds no request state and no sampling
+//! policy.
+
+mod batch;
+mod config;
+mod error;
+mod forward;
+mod weights;
+mod workspace;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kiln_backend::{KvCache, KvDtype, KvShape, ThreadPool};
+use kiln_formats::GgufFile;
+use kiln_kernels::KernelTable;
+
+pub use batch::BatchInput;
+pub use config::{Activation, Arch, ModelConfig};
+pub use error::{Error, Result};
+pub use kiln_backend::SeqSpan;
+pub use workspace::Workspace;
+
+/// A loaded model: configuration, weights bound to the file mapping, and the worker pool.
+pub struct Model {
+    file: Arc<GgufFile>,
+    config: ModelConfig,
+    weights: weights::Weights,
+    pool: ThreadPool,
+    kernels: &'static KernelTable,
+}
+
+/// Options that don't come from the model file.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Threads doing the math (the caller's thread included).
+    pub threads: usize,
+    pub kernels: &'static KernelTable,
+}
+
+impl LoadOptions {
+    /// All available cores, best kernels for this CPU.
+    pub fn detect() -> Self {
+        Self {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernels: KernelTable::best(),
+        }
+    }
+}
+
+impl Model {
+    /// Maps a GGUF file and binds its weights (no tensor data is copied).
+    pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
+        let file = Arc::new(GgufFile::open(path)?);
+        Self::from_gguf(file, opts)
+    }
+
+    pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = weights::Weights::load(&file, &config)?;
+        Ok(Self {
+            file,
+            config,
+            weights,
+            pool: ThreadPool::new(opts.threads),
+            kernels: opts.kernels,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The GGUF file the model was loaded from (metadata, tokenizer, chat template).
+    pub fn gguf(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// The shape of a KV cache with `num_blocks` blocks of `block_size` tokens.
+    pub fn kv_shape(&self, num_blocks: usize, block_size: usize) -> KvShape {
+        KvShape {
+            n_layers: self.config.n_layers,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+            block_size,
+            num_blocks,
+        }
+    }
+
+    /// A KV cache for this model.
+    pub fn new_kv_cache(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvCache {
+        KvCache::new(self.kv_shape(num_blocks, block_size), dtype)
+    }
+
+    /// A workspace already sized for batches of up to `max_rows` tokens and
+    /// `max_logits_rows` logits rows, so steps within those limits never allocate.
+    pub fn new_workspace(&self, max_rows: usize, max_logits_rows: usize) -> Workspace {
+        let mut ws = Workspace::new();
+        ws.ensure(&self.config, max_rows, max_logits_rows);
+        ws
+    }
+
+    /// Runs one step over `batch`: writes each row's K/V into `kv` and returns the logits
+    /// of `batch.logits_rows`, `vocab_size` floats per row, in `ws` (mutable, so a sampler
+    /// can work in place).
+    pub fn forward<'w>(
+        &self,
+        batch: &BatchInput<'_>,
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w mut [f32]> {
+        let s = kv.shape;
+        if (s.n_layers, s.n_kv_heads, s.head_dim)
+            != (self.config.n_layers, self.config.n_kv_heads, self.config.head_dim)
+        {
+            return Err(Error::InvalidBatch(
+                "KV cache was made for another model".into(),
+            ));
+        }
+        batch.validate(self.config.vocab_size, s.block_size, s.num_blocks)?;
+        let m = batch.logits_rows.len();
+        ws.ensure(&self.config, batch.n_rows(), m);
+        let ctx = forward::Ctx {
+            cfg: &self.config,
+            weights: &self.weights,
+            pool: &self.pool,
+            kt: self.kernels,
+        };
+        ctx.forward(batch, kv, ws);
+        Ok(&mut ws.logits[..m * self.config.vocab_size])
+    }
+}

@@ -1,0 +1,171 @@
+//! Binding GGUF tensors to backend weights, zero-copy from the mapping.
+
+use std::sync::Arc;
+
+use kiln_backend::{QMatrix, WeightBytes};
+use kiln_formats::{GgmlType, GgufFile};
+use kiln_kernels::WeightType;
+
+use crate::config::{Arch, ModelConfig};
+use crate::{Error, Result};
+
+/// One transformer block's weights. Optional parts exist only for some architectures.
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: QMatrix,
+    pub wk: QMatrix,
+    pub wv: QMatrix,
+    pub wo: QMatrix,
+    /// Qwen2's QKV biases.
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// Gemma 3's per-head RMSNorm of q and k.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// Gemma 3's "sandwich" norms after attention and after the FFN.
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: QMatrix,
+    pub w_up: QMatrix,
+    pub w_down: QMatrix,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+pub struct Weights {
+    pub token_embd: QMatrix,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>,
+    /// The LM head: `output.weight`, or the embedding matrix when they are tied.
+    pub output: QMatrix,
+}
+
+fn weight_type(t: GgmlType) -> Option<WeightType> {
+    Some(match t {
+        GgmlType::F32 => WeightType::F32,
+        GgmlType::F16 => WeightType::F16,
+        GgmlType::BF16 => WeightType::BF16,
+        GgmlType::Q4_0 => WeightType::Q4_0,
+        GgmlType::Q4_1 => WeightType::Q4_1,
+        GgmlType::Q5_0 => WeightType::Q5_0,
+        GgmlType::Q8_0 => WeightType::Q8_0,
+        GgmlType::Q4_K => WeightType::Q4_K,
+        GgmlType::Q5_K => WeightType::Q5_K,
+        GgmlType::Q6_K => WeightType::Q6_K,
+        _ => return None,
+    })
+}
+
+struct Loader<'a> {
+    file: &'a Arc<GgufFile>,
+}
+
+impl Loader<'_> {
+    fn shape_err(name: &str, expected: &[usize], found: &[u64]) -> Error {
+        Error::TensorShape {
+            name: name.to_string(),
+            expected: expected.iter().map(|&d| d as u64).collect(),
+            found: found.to_vec(),
+        }
+    }
+
+    /// A `rows × cols` matrix (GGUF shape `[cols, rows]`), kept in the mapping.
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
+        let info = self.file.tensor_info(name).ok_or_else(|| kiln_formats::Error::MissingTensor {
+                path: self.file.path().to_path_buf(),
+                name: name.to_string(),
+            })?;
+        if info.shape != [cols as u64, rows as u64] {
+            return Err(Self::shape_err(name, &[cols, rows], &info.shape));
+        }
+        let ty = weight_type(info.dtype).ok_or_else(|| Error::UnsupportedWeightType {
+            name: name.to_string(),
+            ty: info.dtype.to_string(),
+        })?;
+        let source: Arc<dyn AsRef<[u8]> + Send + Sync> = self.file.clone();
+        let bytes = WeightBytes::Mapped {
+            source,
+            offset: info.offset as usize,
+            len: info.size as usize,
+        };
+        QMatrix::new(ty, rows, cols, bytes).ok_or_else(|| Error::UnsupportedWeightType {
+            name: name.to_string(),
+            ty: format!("{} with rows of {cols}", info.dtype),
+        })
+    }
+
+    /// A small F32 vector (norm weights, biases), copied out of the mapping.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let t = self.file.tensor(name)?;
+        if t.shape != [len as u64] {
+            return Err(Self::shape_err(name, &[len], t.shape));
+        }
+        if t.dtype != GgmlType::F32 {
+            return Err(Error::UnsupportedWeightType {
+                name: name.to_string(),
+                ty: format!("{} (vectors must be F32)", t.dtype),
+            });
+        }
+        Ok(t.data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        if self.file.has_tensor(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl Weights {
+    pub fn load(file: &Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self> {
+        let l = Loader { file };
+        let (d, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let gemma = cfg.arch == Arch::Gemma3;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let required_if = |cond: bool, name: String, len: usize| -> Result<Option<Vec<f32>>> {
+                if cond {
+                    l.vector(&name, len).map(Some)
+                } else {
+                    l.optional_vector(&name, len)
+                }
+            };
+            layers.push(LayerWeights {
+                attn_norm: l.vector(&n("attn_norm.weight"), d)?,
+                wq: l.matrix(&n("attn_q.weight"), q, d)?,
+                wk: l.matrix(&n("attn_k.weight"), kv, d)?,
+                wv: l.matrix(&n("attn_v.weight"), kv, d)?,
+                wo: l.matrix(&n("attn_output.weight"), d, q)?,
+                bq: required_if(cfg.arch == Arch::Qwen2, n("attn_q.bias"), q)?,
+                bk: required_if(cfg.arch == Arch::Qwen2, n("attn_k.bias"), kv)?,
+                bv: required_if(cfg.arch == Arch::Qwen2, n("attn_v.bias"), kv)?,
+                q_norm: required_if(gemma, n("attn_q_norm.weight"), cfg.head_dim)?,
+                k_norm: required_if(gemma, n("attn_k_norm.weight"), cfg.head_dim)?,
+                post_attn_norm: required_if(gemma, n("post_attention_norm.weight"), d)?,
+                ffn_norm: l.vector(&n("ffn_norm.weight"), d)?,
+                w_gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
+                w_up: l.matrix(&n("ffn_up.weight"), ff, d)?,
+                w_down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                post_ffn_norm: required_if(gemma, n("post_ffw_norm.weight"), d)?,
+            });
+        }
+        let token_embd = l.matrix("token_embd.weight", cfg.vocab_size, d)?;
+        let output = if file.has_tensor("output.weight") {
+            l.matrix("output.weight", cfg.vocab_size, d)?
+        } else {
+            l.matrix("token_embd.weight", cfg.vocab_size, d)?
+        };
+        Ok(Self {
+            token_embd,
+            layers,
+            output_norm: l.vector("output_norm.weight", d)?,
+            output,
+        })
+    }
+}

@@ -1,0 +1,37 @@
+//! Subcommands, one module each, plus the options they share.
+
+pub mod models;
+pub mod pull;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use kiln_catalog::{Cache, Fetcher};
+
+/// Options accepted by every subcommand.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
+    /// Directory holding Kiln's model cache [default: the platform cache dir + /kiln]
+    #[arg(long, global = true, env = "KILN_HOME", value_name = "DIR")]
+    pub kiln_home: Option<PathBuf>,
+
+    /// pip command used to fetch models, e.g. `pip3` or `python3 -m pip`
+    /// [default: the first of `python3 -m pip`, `pip3`, `pip` that works]
+    #[arg(long, global = true, env = "KILN_PIP", value_name = "COMMAND")]
+    pub pip: Option<String>,
+}
+
+impl GlobalArgs {
+    /// The model cache these options select.
+    pub fn cache(&self) -> anyhow::Result<Cache> {
+        let root =
+            Cache::default_root(self.kiln_home.clone()).context("cannot locate the model cache")?;
+        let cache = Cache::new(root);
+        Ok(
+            match self.pip.as_deref().and_then(Fetcher::from_command_line) {
+                Some(fetcher) => cache.with_fetcher(fetcher),
+                None => cache,
+            },
+        )
+    }
+}

@@ -1,0 +1,52 @@
+//! `kiln`: command-line front end of the Kiln inference engine.
+//!
+//! This file only parses arguments and dispatches; each subcommand lives in
+//! `cmd/<name>.rs` with an `Args` struct and a `run(&GlobalArgs, Args)` function.
+
+mod cmd;
+mod logging;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd::GlobalArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "Run small language models locally",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Fetch models from the catalogue into the local cache
+    Pull(cmd::pull::Args),
+    /// List the catalogue and what is cached
+    Models(cmd::models::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init();
+    let result = match cli.command {
+        Command::Pull(args) => cmd::pull::run(&cli.global, args),
+        Command::Models(args) => cmd::models::run(&cli.global, args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
