@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 /// How long an idle worker spins before parking on the condvar.
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
 
-type JobFn = dyn Fn(usize) + Sync;
+type JobFn<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Shared {
     /// Points at the caller's `&JobFn` (on its stack); valid while `active > 0`.
-    job: AtomicPtr<&'static JobFn>,
+    job: AtomicPtr<&'static JobFn<'static>>,
     generation: AtomicU64,
     next_task: AtomicUsize,
     n_tasks: AtomicUsize,
@@ -81,11 +81,14 @@ impl ThreadPool {
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        let dyn_f: &JobFn = &f;
+        let dyn_f: &JobFn<'_> = &f;
         // The lifetime is erased: `run` does not return before every worker has
         // decremented `active` for this generation, after which no worker reads the job.
-        let slot: *const &JobFn = &dyn_f;
-        s.job.store(slot as *mut &'static JobFn, Ordering::Relaxed);
+        let slot: *const &JobFn<'_> = &dyn_f;
+        s.job.store(
+            slot.cast::<&'static JobFn<'static>>().cast_mut(),
+            Ordering::Relaxed,
+        );
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.next_task.store(0, Ordering::Relaxed);
         s.active.store(self.workers.len(), Ordering::Relaxed);
@@ -101,7 +104,7 @@ impl ThreadPool {
     }
 }
 
-fn run_tasks(s: &Shared, f: &JobFn) {
+fn run_tasks(s: &Shared, f: &JobFn<'_>) {
     let n = s.n_tasks.load(Ordering::Relaxed);
     loop {
         let i = s.next_task.fetch_add(1, Ordering::Relaxed);
@@ -141,7 +144,7 @@ fn worker_loop(s: &Shared) {
         seen = gen;
         // SAFETY: stored by `run` before the generation bump we acquired; it points at a
         // live `&JobFn` until we decrement `active` below.
-        let f: &JobFn = unsafe { *s.job.load(Ordering::Relaxed) };
+        let f: &JobFn<'_> = unsafe { *s.job.load(Ordering::Relaxed) };
         run_tasks(s, f);
         s.active.fetch_sub(1, Ordering::Release);
     }

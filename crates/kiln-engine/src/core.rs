@@ -78,7 +78,7 @@ impl EngineCore {
             },
             kv,
         );
-        let ws = model.new_workspace(config.max_num_batched_tokens, config.max_num_seqs);
+        let ws = model.new_workspace(config.max_num_batched_tokens, config.max_num_seqs, config.max_model_len);
         let max_table = config.max_num_seqs * config.blocks_per_full_seq();
         let plan = StepPlan::new(config.max_num_batched_tokens, config.max_num_seqs, max_table, ws);
         let stats = EngineStats::new(config.num_kv_blocks);
@@ -160,7 +160,7 @@ impl EngineCore {
                 num_prompt_tokens: req.prompt.len(),
                 num_computed_tokens: 0,
                 cache_key: req.cache_key.clone(),
-                blocks: self.scheduler.kv.new_seq(),
+                blocks: self.scheduler.kv.new_seq(req.prompt.len() + stop.max_tokens),
                 num_cached_tokens: 0,
                 num_preemptions: 0,
             });
@@ -214,14 +214,14 @@ impl EngineCore {
         let block_size = self.scheduler.kv.block_size();
         self.plan.build(&self.sched_out, self.scheduler.running(), block_size);
         let t_sched = Instant::now();
-        let (batch, ws) = self.plan.input();
+        let (batch, ws, logits_owner) = self.plan.input();
         let result = self.model.forward(&batch, &mut self.kv_cache, ws);
         let t_model = Instant::now();
         let vocab = self.model.config().vocab_size;
         match result {
             Ok(logits) => {
                 // Sample for every sequence that caught up with its tokens.
-                for (row, &k) in self.plan.logits_owner.iter().enumerate() {
+                for (row, &k) in logits_owner.iter().enumerate() {
                     let sc = self.sched_out.scheduled[k];
                     let logits_row = &mut logits[row * vocab..(row + 1) * vocab];
                     sample_one(
@@ -259,9 +259,10 @@ impl EngineCore {
             self.finish(id, reason);
         }
         let t_end = Instant::now();
+        let n_sampled = self.plan.logits_owner.len();
         self.stats.step(
             self.sched_out.num_batched_tokens,
-            self.plan.logits_rows.len(),
+            n_sampled,
             t_sched - t0,
             t_model - t_sched,
             t_end - t_model,

@@ -108,15 +108,29 @@ impl EngineThread {
     }
 }
 
-/// Starts the engine loop on its own OS thread.
-pub fn spawn(core: EngineCore) -> Result<(EngineHandle, EngineThread)> {
+/// Starts the engine loop on its own OS thread, building the core there with `build`:
+/// the core's state (the block pool and everything holding blocks) never crosses threads.
+pub fn spawn<F>(build: F) -> Result<(EngineHandle, EngineThread)>
+where
+    F: FnOnce() -> Result<EngineCore> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel();
-    let stats = core.stats.clone();
-    let max_model_len = core.max_model_len();
+    let (ready_tx, ready_rx) = mpsc::channel();
     let join = std::thread::Builder::new()
         .name("kiln-engine".into())
-        .spawn(move || run_loop(core, rx))
+        .spawn(move || match build() {
+            Ok(core) => {
+                let _ = ready_tx.send(Ok((core.stats.clone(), core.max_model_len())));
+                run_loop(core, rx);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        })
         .map_err(|e| Error::Config(format!("can't start the engine thread: {e}")))?;
+    let (stats, max_model_len) = ready_rx
+        .recv()
+        .map_err(|_| Error::Config("the engine thread died while starting".into()))??;
     let handle = EngineHandle {
         tx,
         max_model_len,

@@ -47,7 +47,7 @@ pub enum TextEvent {
 }
 
 struct Choice {
-    decoder: IncrementalDecoder,
+    decoder: IncrementalDecoder<Arc<Tokenizer>>,
     stops: StopMatcher,
     n_tokens: usize,
     last_token: Option<u32>,

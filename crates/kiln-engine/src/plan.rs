@@ -72,8 +72,9 @@ impl StepPlan {
         }
     }
 
-    /// The model input for the built batch, and the workspace to run it in.
-    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace) {
+    /// The model input for the built batch, the workspace to run it in, and for each
+    /// logits row the index of its sequence in the scheduler output.
+    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace, &[usize]) {
         (
             BatchInput {
                 token_ids: &self.token_ids,
@@ -84,6 +85,7 @@ impl StepPlan {
                 logits_rows: &self.logits_rows,
             },
             &mut self.workspace,
+            &self.logits_owner,
         )
     }
 }

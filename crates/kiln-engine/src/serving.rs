@@ -71,9 +71,13 @@ impl ServingModel {
         let model = Model::load(path, &opts.load)?;
         let gguf = model.gguf().clone();
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(|e| Error::Config(format!("tokenizer: {e}")))?);
+        let token_text = |id: Option<u32>| {
+            id.map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
+                .unwrap_or_default()
+        };
         let chat_template = match tokenizer.chat_template() {
             Some(src) => Some(
-                ChatTemplate::new(src, &tokenizer.bos_text(), &tokenizer.eos_text())
+                ChatTemplate::new(src, &token_text(tokenizer.bos_id()), &token_text(tokenizer.eos_id()))
                     .map_err(|e| Error::Config(format!("chat template: {e}")))?,
             ),
             None => None,
@@ -103,8 +107,8 @@ impl ServingModel {
             max_model_len,
             enable_prefix_caching: opts.enable_prefix_caching,
         };
-        let core = EngineCore::new(model, engine_config.clone(), tokenizer.eos_ids().to_vec())?;
-        let (handle, thread) = crate::handle::spawn(core)?;
+        let (cfg, eos) = (engine_config.clone(), tokenizer.eos_ids().to_vec());
+        let (handle, thread) = crate::handle::spawn(move || EngineCore::new(model, cfg, eos))?;
         Ok(Self {
             name: name.to_string(),
             tokenizer,

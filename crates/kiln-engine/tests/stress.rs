@@ -16,8 +16,8 @@ fn hundreds_of_requests_with_random_aborts() {
     let mut cfg = config_with(96, 256);
     cfg.max_num_seqs = 32;
     cfg.max_num_batched_tokens = 128;
-    let core = EngineCore::new(model(), cfg, vec![2]).expect("engine");
-    let (handle, thread) = kiln_engine::spawn(core).expect("spawn");
+    let (handle, thread) =
+        kiln_engine::spawn(move || EngineCore::new(model(), cfg, vec![2])).expect("spawn");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
     let n = 300;
     let mut streams = vec![];

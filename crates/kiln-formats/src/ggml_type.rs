@@ -126,7 +126,7 @@ impl GgmlType {
     /// Bytes taken by a row of `n` elements, `None` if `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let be = self.block_elems();
-        if n % be != 0 {
+        if !n.is_multiple_of(be) {
             return None;
         }
         (n / be).checked_mul(self.block_bytes())

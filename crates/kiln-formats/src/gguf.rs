@@ -8,6 +8,7 @@ use memmap2::Mmap;
 
 use crate::gguf_header;
 use crate::metadata::{MetaArray, MetaValue};
+use crate::reader::Quoted;
 use crate::{Error, GgmlType, Result, TensorView};
 
 /// Where one tensor lives in the file, validated against the file's size.
@@ -17,8 +18,9 @@ pub struct TensorInfo {
     pub dtype: GgmlType,
     /// ggml order: `shape[0]` is the contiguous dimension.
     pub shape: Vec<u64>,
-    /// Absolute byte offset in the file.
+    /// Absolute byte offset in the file (a multiple of the file's alignment).
     pub offset: u64,
+    /// Bytes of data.
     pub size: u64,
 }
 
@@ -195,7 +197,7 @@ impl GgufFile {
             .ok_or_else(|| Error::Malformed {
                 path: self.path.clone(),
                 offset: info.offset,
-                field: format!("tensor {:?} data", info.name),
+                field: format!("tensor {} data", Quoted(&info.name)),
                 reason: format!("{} bytes lie outside the mapping", info.size),
             })?;
         Ok(TensorView {
@@ -204,5 +206,13 @@ impl GgufFile {
             shape: &info.shape,
             data,
         })
+    }
+}
+
+/// The whole mapped file, so owners of an `Arc<GgufFile>` can borrow a tensor's bytes by
+/// its [`TensorInfo::offset`] and [`TensorInfo::size`] (validated at open).
+impl AsRef<[u8]> for GgufFile {
+    fn as_ref(&self) -> &[u8] {
+        &self.mmap
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Layout: magic, u32 version, u64 tensor count, u64 key/value count, the key/values, the
 //! tensor directory, padding to the alignment, then the data section. Every count is
-//! checked against the bytes that remain before anything is allocated for it, and every
-//! tensor's extent is checked against the file before a view can be made of it.
+//! checked against the bytes that remain, and only a bounded reservation is made for it
+//! before its items are actually read; every tensor's extent is checked against the file
+//! (and against the other tensors) before a view can be made of it.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +12,7 @@ use std::path::Path;
 
 use crate::gguf::TensorInfo;
 use crate::metadata::{read_typed_value, MetaValue};
-use crate::reader::{shortened, Quoted, Reader};
+use crate::reader::{reserve_items, shortened, Quoted, Reader};
 use crate::{Error, GgmlType, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -20,7 +21,7 @@ const MAX_ALIGNMENT: u64 = 1 << 20;
 const ALIGNMENT_KEY: &str = "general.alignment";
 /// ggml tensors have at most four dimensions.
 const MAX_DIMS: u32 = 4;
-/// Offsets of the fixed-position header fields.
+/// Offset of the tensor count field.
 const TENSOR_COUNT_AT: usize = 8;
 /// Smallest tensor info: name length (8), n_dims (4), one dim (8), type (4), offset (8).
 const MIN_TENSOR_INFO_BYTES: usize = 32;
@@ -72,9 +73,9 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Header> {
         TENSOR_COUNT_AT,
         &"tensor_count",
     )?;
-    let mut tensors = Vec::with_capacity(n_tensors);
-    let mut offset_fields = Vec::with_capacity(n_tensors);
-    let mut by_name = HashMap::with_capacity(n_tensors);
+    let mut tensors = Vec::with_capacity(reserve_items::<TensorInfo>(n_tensors));
+    let mut offset_fields = Vec::with_capacity(reserve_items::<usize>(n_tensors));
+    let mut by_name = HashMap::with_capacity(reserve_items::<(String, usize)>(n_tensors));
     for i in 0..n_tensors {
         let name_at = r.pos();
         let (info, offset_at) = read_tensor_info(&mut r, i)?;
@@ -217,7 +218,7 @@ fn tensor_bytes(dtype: GgmlType, shape: &[u64]) -> std::result::Result<u64, Stri
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(overflow)?;
     let row = shape.first().copied().unwrap_or(1);
-    if row % dtype.block_elems() != 0 {
+    if !row.is_multiple_of(dtype.block_elems()) {
         return Err(format!(
             "row of {row} is not a multiple of the {dtype} block size {}",
             dtype.block_elems()
@@ -242,7 +243,7 @@ fn place_tensors(
     for (t, &at) in tensors.iter_mut().zip(offset_fields) {
         let field = format_args!("tensor {} offset", Quoted(&t.name));
         let rel = t.offset;
-        if rel % alignment != 0 {
+        if !rel.is_multiple_of(alignment) {
             return Err(r.malformed(at, &field, format!("{rel} is not aligned to {alignment}")));
         }
         let end = data_start

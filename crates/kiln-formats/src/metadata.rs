@@ -2,7 +2,7 @@
 
 use std::fmt::Display;
 
-use crate::reader::{Reader, Suffixed};
+use crate::reader::{reserve_items, Reader, Suffixed};
 use crate::Result;
 
 /// One metadata value.
@@ -193,12 +193,12 @@ fn read_array(r: &mut Reader<'_>, field: &dyn Display, depth: u32) -> Result<Met
             format!("unknown array item type {item_type}"),
         )
     })?;
-    // Checked against the bytes that remain, so the allocations below are bounded by a
-    // small multiple of the file's size.
+    // Checked against the bytes that remain; only a bounded
+    // reservation is made for it (see `reserve_items`).
     let n = r.count(&format_args!("{field} array count"), min_bytes)?;
     macro_rules! collect {
-        ($variant:ident, |$i:ident| $read:expr) => {{
-            let mut v = Vec::with_capacity(n);
+        ($variant:ident, $item:ty, |$i:ident| $read:expr) => {{
+            let mut v = Vec::with_capacity(reserve_items::<$item>(n));
             for $i in 0..n {
                 v.push($read);
             }
@@ -206,21 +206,21 @@ fn read_array(r: &mut Reader<'_>, field: &dyn Display, depth: u32) -> Result<Met
         }};
     }
     Ok(match item_type {
-        T_U8 => collect!(U8, |i| r.u8(&format_args!("{field}[{i}]"))?),
-        T_I8 => collect!(I8, |i| r.u8(&format_args!("{field}[{i}]"))? as i8),
-        T_U16 => collect!(U16, |i| r.u16(&format_args!("{field}[{i}]"))?),
-        T_I16 => collect!(I16, |i| r.u16(&format_args!("{field}[{i}]"))? as i16),
-        T_U32 => collect!(U32, |i| r.u32(&format_args!("{field}[{i}]"))?),
-        T_I32 => collect!(I32, |i| r.u32(&format_args!("{field}[{i}]"))? as i32),
-        T_U64 => collect!(U64, |i| r.u64(&format_args!("{field}[{i}]"))?),
-        T_I64 => collect!(I64, |i| r.u64(&format_args!("{field}[{i}]"))? as i64),
-        T_F32 => collect!(F32, |i| r.f32(&format_args!("{field}[{i}]"))?),
-        T_F64 => collect!(F64, |i| r.f64(&format_args!("{field}[{i}]"))?),
-        T_BOOL => collect!(Bool, |i| read_bool(r, &format_args!("{field}[{i}]"))?),
-        T_STRING => collect!(String, |i| r
+        T_U8 => collect!(U8, u8, |i| r.u8(&format_args!("{field}[{i}]"))?),
+        T_I8 => collect!(I8, i8, |i| r.u8(&format_args!("{field}[{i}]"))? as i8),
+        T_U16 => collect!(U16, u16, |i| r.u16(&format_args!("{field}[{i}]"))?),
+        T_I16 => collect!(I16, i16, |i| r.u16(&format_args!("{field}[{i}]"))? as i16),
+        T_U32 => collect!(U32, u32, |i| r.u32(&format_args!("{field}[{i}]"))?),
+        T_I32 => collect!(I32, i32, |i| r.u32(&format_args!("{field}[{i}]"))? as i32),
+        T_U64 => collect!(U64, u64, |i| r.u64(&format_args!("{field}[{i}]"))?),
+        T_I64 => collect!(I64, i64, |i| r.u64(&format_args!("{field}[{i}]"))? as i64),
+        T_F32 => collect!(F32, f32, |i| r.f32(&format_args!("{field}[{i}]"))?),
+        T_F64 => collect!(F64, f64, |i| r.f64(&format_args!("{field}[{i}]"))?),
+        T_BOOL => collect!(Bool, bool, |i| read_bool(r, &format_args!("{field}[{i}]"))?),
+        T_STRING => collect!(String, String, |i| r
             .string(&format_args!("{field}[{i}]"))?
             .to_string()),
-        _ => collect!(Array, |i| read_array(
+        _ => collect!(Array, MetaArray, |i| read_array(
             r,
             &format_args!("{field}[{i}]"),
             depth + 1

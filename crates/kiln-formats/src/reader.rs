@@ -8,6 +8,16 @@ use std::path::Path;
 
 use crate::{Error, Result};
 
+/// Most bytes reserved up front for a collection whose length a file claims. A count is
+/// only checked against the bytes that remain, which may be the whole data section, so
+/// beyond this collections grow only as items are actually parsed.
+const MAX_RESERVE_BYTES: usize = 256 << 10;
+
+/// How many of `n` claimed items of type `T` to reserve room for.
+pub(crate) fn reserve_items<T>(n: usize) -> usize {
+    n.min(MAX_RESERVE_BYTES / std::mem::size_of::<T>().max(1))
+}
+
 /// Names quoted in error messages are cut to this many characters: a corrupt length can
 /// make a "name" megabytes long.
 const MAX_SHOWN_CHARS: usize = 64;
@@ -27,9 +37,14 @@ impl Display for Quoted<'_> {
 
 /// A name from the file, cut to [`MAX_SHOWN_CHARS`] characters, to store in an error.
 pub(crate) fn shortened(name: &str) -> String {
-    match name.char_indices().nth(MAX_SHOWN_CHARS) {
-        None => name.to_string(),
-        Some((cut, _)) => format!("{}...", &name[..cut]),
+    cut(name, MAX_SHOWN_CHARS)
+}
+
+/// `text` cut to at most `max_chars` characters, marked with `...` if cut.
+pub(crate) fn cut(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}...", &text[..end]),
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+use crate::reader::Quoted;
 use crate::safetensors_header::{self, StTensor};
 use crate::{Error, Result, StDtype};
 
@@ -128,7 +129,7 @@ impl SafetensorsFile {
             .ok_or_else(|| Error::Malformed {
                 path: self.path.clone(),
                 offset: t.start,
-                field: format!("tensor {:?} data", t.name),
+                field: format!("tensor {} data", Quoted(&t.name)),
                 reason: format!("bytes up to {} lie outside the mapping", t.end),
             })?;
         Ok(StView {

@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::reader::{shortened, Quoted, Reader};
+use crate::reader::{cut, shortened, Quoted, Reader};
 use crate::{Error, Result, StDtype};
 
 /// The reference implementation's cap; real headers are kilobytes to a few megabytes.
@@ -134,7 +134,8 @@ impl Errors<'_> {
     ) -> Error {
         let full = e.to_string();
         let position = format!(" at line {} column {}", e.line(), e.column());
-        let reason = full.strip_suffix(&position).unwrap_or(&full);
+        // serde quotes offending strings in full; a corrupt header can make them huge.
+        let reason = cut(full.strip_suffix(&position).unwrap_or(&full), 240);
         let at = byte_index(text, e.line(), e.column());
         self.malformed(base + at as u64, field, reason)
     }

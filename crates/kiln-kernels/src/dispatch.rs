@@ -100,7 +100,10 @@ impl Isa {
 
     /// Every instruction set this CPU supports, slowest first (for tests and tools).
     pub fn available() -> Vec<Isa> {
-        Isa::ALL.into_iter().filter(|isa| isa.is_supported()).collect()
+        Isa::ALL
+            .into_iter()
+            .filter(|isa| isa.is_supported())
+            .collect()
     }
 }
 
@@ -179,7 +182,9 @@ impl KernelTable {
 
 impl fmt::Debug for KernelTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KernelTable").field("isa", &self.isa).finish_non_exhaustive()
+        f.debug_struct("KernelTable")
+            .field("isa", &self.isa)
+            .finish_non_exhaustive()
     }
 }
 

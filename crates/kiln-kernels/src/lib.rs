@@ -8,8 +8,9 @@
 //! - [`ops`]: f32 primitives (RMS norm, softmax, RoPE, activations, conversions).
 //!
 //! A leaf crate: no allocation inside kernels, no threads, no I/O. `unsafe` appears only
-//! in the per-ISA kernel files and in `dispatch.rs`, which hands out an ISA's kernels
-//! only after the CPU has been checked for it.
+//! in the per-ISA helper files (`quant/simd/avx2.rs`, `avx512.rs`: unaligned loads and
+//! stores through array references) and in `dispatch.rs`, which hands out an ISA's
+//! kernels only after the CPU has been checked for it.
 
 mod dispatch;
 mod error;
@@ -17,9 +18,7 @@ pub mod ops;
 pub mod quant;
 mod types;
 
-pub use dispatch::{
-    ActKernels, DequantizeFn, Isa, KernelTable, QuantizeFn, TypeKernels, VecDotFn,
-};
+pub use dispatch::{ActKernels, DequantizeFn, Isa, KernelTable, QuantizeFn, TypeKernels, VecDotFn};
 pub use error::{Error, Result};
 pub use half;
 pub use types::{ActType, WeightType, QK_K};

@@ -193,7 +193,7 @@ impl fmt::Display for ActType {
 }
 
 const fn row_bytes(n_elems: usize, block_elems: usize, block_bytes: usize) -> Option<usize> {
-    if n_elems % block_elems != 0 {
+    if !n_elems.is_multiple_of(block_elems) {
         return None;
     }
     (n_elems / block_elems).checked_mul(block_bytes)

@@ -98,6 +98,7 @@ impl Ctx<'_> {
             head_dim: hd,
             scale: cfg.attn_scale,
             window: if local { cfg.sliding_window } else { None },
+            max_context: ws.max_context.unwrap_or(cfg.context_length),
         };
         paged_attention(
             self.pool,

@@ -99,10 +99,12 @@ impl Model {
     }
 
     /// A workspace already sized for batches of up to `max_rows` tokens and
-    /// `max_logits_rows` logits rows, so steps within those limits never allocate.
-    pub fn new_workspace(&self, max_rows: usize, max_logits_rows: usize) -> Workspace {
+    /// `max_logits_rows` logits rows over sequences of at most `max_context` tokens, so
+    /// steps within those limits never allocate.
+    pub fn new_workspace(&self, max_rows: usize, max_logits_rows: usize, max_context: usize) -> Workspace {
         let mut ws = Workspace::new();
         ws.ensure(&self.config, max_rows, max_logits_rows);
+        ws.max_context = Some(max_context);
         ws
     }
 

@@ -20,6 +20,9 @@ pub struct Workspace {
     pub(crate) act: Vec<u8>,
     pub(crate) final_h: Vec<f32>,
     pub(crate) logits: Vec<f32>,
+    /// Longest sequence the caller will run (sizes attention scratch once); `None` means
+    /// the model's context length.
+    pub(crate) max_context: Option<usize>,
 }
 
 impl Workspace {

@@ -13,6 +13,7 @@
 //! The panicking helpers are for tests only; [`try_model_dir`] returns the error instead.
 
 pub mod gguf_writer;
+pub mod server;
 
 use std::cell::Cell;
 use std::io::Write;

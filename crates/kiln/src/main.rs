@@ -33,14 +33,20 @@ enum Command {
     Pull(cmd::pull::Args),
     /// List the catalogue and what is cached
     Models(cmd::models::Args),
+    /// Benchmark OpenAI-compatible servers (serving throughput and latency)
+    Bench(cmd::bench::Args),
+    /// Serve models over an OpenAI-compatible HTTP API
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init();
+    logging::init(cli.global.log_format);
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(&cli.global, args),
         Command::Models(args) => cmd::models::run(&cli.global, args),
+        Command::Bench(args) => cmd::bench::run(&cli.global, args),
+        Command::Serve(args) => cmd::serve::run(&cli.global, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -87,12 +87,14 @@ impl KvManager {
         self.stats
     }
 
-    /// An empty block table.
-    pub fn new_seq(&self) -> SeqBlocks {
+    /// An empty block table with room for a sequence of up to `max_tokens` tokens, so it
+    /// never reallocates while the sequence grows.
+    pub fn new_seq(&self, max_tokens: usize) -> SeqBlocks {
+        let blocks = max_tokens.div_ceil(self.block_size);
         SeqBlocks {
             pool: self.pool.clone(),
-            ids: Vec::new(),
-            hashes: Vec::new(),
+            ids: Vec::with_capacity(blocks),
+            hashes: Vec::with_capacity(blocks),
             num_cached: 0,
         }
     }
@@ -168,22 +170,22 @@ mod tests {
     fn prefix_reuse_and_raii() {
         let mut m = KvManager::new(8, 4, true);
         let toks: Vec<u32> = (0..10).collect();
-        let mut a = m.new_seq();
+        let mut a = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut a, &toks, b""), 0);
         assert!(m.allocate(&mut a, 10));
         assert_eq!(a.block_table().len(), 3);
         m.commit(&mut a, &toks, 10, b"");
-        let mut b = m.new_seq();
+        let mut b = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut b, &toks, b""), 8, "two full blocks");
         assert_eq!(b.block_table(), &a.block_table()[..2]);
-        let mut c = m.new_seq();
+        let mut c = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut c, &toks, b"other-adapter"), 0);
         drop(a);
         drop(b);
         drop(c);
         assert_eq!(m.num_free_blocks(), 8, "all blocks back");
         // Still cached after release.
-        let mut d = m.new_seq();
+        let mut d = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut d, &toks, b""), 8);
         let s = m.prefix_stats();
         assert_eq!((s.queries, s.hits), (40, 16));
@@ -193,17 +195,17 @@ mod tests {
     fn fully_cached_prompt_leaves_one_token() {
         let mut m = KvManager::new(4, 4, true);
         let toks: Vec<u32> = (0..8).collect();
-        let mut a = m.new_seq();
+        let mut a = m.new_seq(64);
         m.allocate(&mut a, 8);
         m.commit(&mut a, &toks, 8, b"");
-        let mut b = m.new_seq();
+        let mut b = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut b, &toks, b""), 4);
     }
 
     #[test]
     fn allocation_is_all_or_nothing() {
         let mut m = KvManager::new(2, 4, false);
-        let mut a = m.new_seq();
+        let mut a = m.new_seq(64);
         assert!(!m.allocate(&mut a, 12));
         assert!(a.block_table().is_empty());
         assert!(m.allocate(&mut a, 8));

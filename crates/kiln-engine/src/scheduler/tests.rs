@@ -24,7 +24,7 @@ fn add(s: &mut Scheduler, id: SeqId, prompt_len: usize, priority: i32) {
         num_prompt_tokens: prompt_len,
         num_computed_tokens: 0,
         cache_key: Vec::new(),
-        blocks: s.kv.new_seq(),
+        blocks: s.kv.new_seq(64),
         num_cached_tokens: 0,
         num_preemptions: 0,
     };
@@ -163,7 +163,7 @@ fn prefix_hit_skips_cached_blocks() {
         num_prompt_tokens: 10,
         num_computed_tokens: 0,
         cache_key: Vec::new(),
-        blocks: s.kv.new_seq(),
+        blocks: s.kv.new_seq(64),
         num_cached_tokens: 0,
         num_preemptions: 0,
     };

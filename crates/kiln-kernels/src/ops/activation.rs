@@ -1,5 +1,9 @@
 //! Activation functions and the gated feed-forward combinations built on them.
 
+use std::sync::OnceLock;
+
+use half::f16;
+
 use super::check_len;
 
 /// √(2/π), as ggml spells it.
@@ -14,12 +18,34 @@ pub fn silu(x: f32) -> f32 {
 
 /// GELU, tanh approximation: `½x(1 + tanh(√(2/π)·x·(1 + 0.044715x²)))`.
 ///
-/// ggml evaluates the same formula (its f32 path may round the input through an f16
-/// lookup table; this computes it directly, which is slightly more accurate).
+/// The exact formula, in f32; see [`gelu_tanh_f16`] for the precision llama.cpp uses.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
 }
+
+/// GELU at f16 precision, as llama.cpp's CPU backend computes it: for |x| < 10 the input
+/// is rounded to f16 and the result read from a table of f16 values of [`gelu_tanh`];
+/// beyond that GELU is x or 0. Kiln matches it because its greedy tokens are checked
+/// against llama.cpp's, and f16-level differences visibly move small models' logits.
+#[inline]
+pub fn gelu_tanh_f16(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let table = GELU_F16.get_or_init(|| {
+            (0..=u16::MAX)
+                .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits())
+                .collect()
+        });
+        f16::from_bits(table[f16::from_f32(x).to_bits() as usize]).to_f32()
+    }
+}
+
+/// [`gelu_tanh`] of every f16 value, built once on first use (128 KiB).
+static GELU_F16: OnceLock<Box<[u16]>> = OnceLock::new();
 
 /// [`silu`] over a slice.
 pub fn silu_inplace(x: &mut [f32]) {
@@ -48,12 +74,12 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// GeGLU with tanh GELU: `out[i] = gelu_tanh(gate[i]) · up[i]`.
+/// GeGLU with tanh GELU at llama.cpp's precision: `out[i] = gelu_tanh_f16(gate[i]) · up[i]`.
 pub fn geglu_tanh(gate: &[f32], up: &[f32], out: &mut [f32]) {
     check_len("geglu_tanh", "up", gate.len(), up.len());
     check_len("geglu_tanh", "out", gate.len(), out.len());
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = gelu_tanh(g) * u;
+        *o = gelu_tanh_f16(g) * u;
     }
 }
 
@@ -61,7 +87,7 @@ pub fn geglu_tanh(gate: &[f32], up: &[f32], out: &mut [f32]) {
 pub fn geglu_tanh_inplace(gate: &mut [f32], up: &[f32]) {
     check_len("geglu_tanh_inplace", "up", gate.len(), up.len());
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh(*g) * u;
+        *g = gelu_tanh_f16(*g) * u;
     }
 }
 
@@ -95,6 +121,22 @@ mod tests {
         let mut g = gate;
         geglu_tanh_inplace(&mut g, &up);
         assert_eq!(g, out);
-        assert_eq!(out[0], gelu_tanh(-1.5) * 2.0);
+        assert_eq!(out[0], gelu_tanh_f16(-1.5) * 2.0);
+    }
+
+    #[test]
+    fn f16_gelu_is_the_f16_rounded_formula() {
+        for x in [-12.0f32, -10.0, -3.3, -0.001, 0.0, 0.1234, 1.0, 2.7182, 9.99, 10.0, 31.0] {
+            let want = if x <= -10.0 {
+                0.0
+            } else if x >= 10.0 {
+                x
+            } else {
+                let r = f16::from_f32(x).to_f32();
+                f16::from_f32(gelu_tanh(r)).to_f32()
+            };
+            assert_eq!(gelu_tanh_f16(x), want, "x = {x}");
+            assert!((gelu_tanh_f16(x) - gelu_tanh(x)).abs() <= 2e-3 * x.abs().max(1.0));
+        }
     }
 }

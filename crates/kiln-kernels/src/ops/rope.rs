@@ -32,7 +32,7 @@ pub fn rope_inplace(
 ) {
     check_len("rope_inplace", "x", n_heads * head_dim, x.len());
     assert!(
-        n_rot % 2 == 0 && n_rot <= head_dim,
+        n_rot.is_multiple_of(2) && n_rot <= head_dim,
         "rope_inplace: n_rot {n_rot} must be even and at most head_dim {head_dim}"
     );
     if n_rot == 0 {

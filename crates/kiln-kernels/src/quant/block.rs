@@ -7,24 +7,23 @@
 
 use crate::types::{ActType, WeightType};
 
-/// Exact f16 → f32 conversion of raw bits (no runtime feature detection, so it is cheap
-/// enough to call per block inside SIMD loops).
+/// Exact f16 → f32 conversion of raw bits, branch-free so loops over it vectorize.
+///
+/// Shifting the exponent and mantissa into f32 position and multiplying by 2^112
+/// rebiases the exponent (15 → 127) exactly, for subnormals too (they land on f32
+/// subnormals that scale back to normals); only inf/NaN need their exponent forced.
 #[inline(always)]
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    if exp == 0 {
-        // Zero or subnormal: man · 2^-24 is exact in f32.
-        let mag = man as f32 * (1.0 / 16_777_216.0);
-        return f32::from_bits(mag.to_bits() | sign);
-    }
-    let bits = if exp == 31 {
-        sign | 0x7f80_0000 | (man << 13)
+    const REBIAS: f32 = f32::from_bits((127 + 112) << 23); // 2^112
+    let h = u32::from(h);
+    let magnitude = f32::from_bits((h & 0x7fff) << 13) * REBIAS;
+    let special = (h & 0x7c00) == 0x7c00;
+    let bits = if special {
+        0x7f80_0000 | ((h & 0x03ff) << 13)
     } else {
-        sign | ((exp + 112) << 23) | (man << 13)
+        magnitude.to_bits()
     };
-    f32::from_bits(bits)
+    f32::from_bits(bits | ((h & 0x8000) << 16))
 }
 
 /// f32 → f16 bits, round to nearest even (as ggml's `GGML_FP32_TO_FP16`).

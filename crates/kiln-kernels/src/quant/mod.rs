@@ -4,8 +4,14 @@
 //! arithmetic), and on x86-64 `avx2.rs` / `avx512.rs` twins that must agree with it.
 //! Callers go through [`crate::KernelTable`]; the scalar modules are public so tests
 //! and tools can use the reference directly.
+//!
+//! The SIMD kernels are safe `#[target_feature]` functions: their bodies need no
+//! `unsafe` (they check row sizes first and load through array references), and calling
+//! one from code without the features is `unsafe`, which only `dispatch.rs` does.
 
 pub(crate) mod block;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd;
 
 pub mod bf16;
 pub mod fp16;

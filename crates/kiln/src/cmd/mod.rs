@@ -1,7 +1,9 @@
 //! Subcommands, one module each, plus the options they share.
 
+pub mod bench;
 pub mod models;
 pub mod pull;
+pub mod serve;
 
 use std::path::PathBuf;
 
@@ -19,6 +21,16 @@ pub struct GlobalArgs {
     /// [default: the first of `python3 -m pip`, `pip3`, `pip` that works]
     #[arg(long, global = true, env = "KILN_PIP", value_name = "COMMAND")]
     pub pip: Option<String>,
+
+    /// Log format on stderr (`RUST_LOG` sets the level)
+    #[arg(
+        long,
+        global = true,
+        env = "KILN_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::logging::LogFormat::Plain
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl GlobalArgs {

@@ -51,7 +51,10 @@ pub fn dequantize_row_q4_k(w: &[u8], out: &mut [f32]) {
         let (sc, mn) = scales_mins_k4(sub(x, SCALES));
         for j in 0..QK_K / 64 {
             let (d1, m1) = (d * f32::from(sc[2 * j]), dmin * f32::from(mn[2 * j]));
-            let (d2, m2) = (d * f32::from(sc[2 * j + 1]), dmin * f32::from(mn[2 * j + 1]));
+            let (d2, m2) = (
+                d * f32::from(sc[2 * j + 1]),
+                dmin * f32::from(mn[2 * j + 1]),
+            );
             for l in 0..32 {
                 let q = x[QS4 + 32 * j + l];
                 y[64 * j + l] = d1 * f32::from(q & 0x0f) - m1;

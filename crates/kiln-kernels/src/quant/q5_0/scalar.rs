@@ -26,7 +26,11 @@ pub fn vec_dot_q5_0_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.chunks_exact(BLOCK).zip(a.chunks_exact(34)) {
         let q = unpack(x);
-        let sumi: i32 = q.iter().zip(&y[2..34]).map(|(&q, &b)| q * i32::from(b as i8)).sum();
+        let sumi: i32 = q
+            .iter()
+            .zip(&y[2..34])
+            .map(|(&q, &b)| q * i32::from(b as i8))
+            .sum();
         sumf += sumi as f32 * (f16_at(x, 0) * f16_at(y, 0));
     }
     sumf

@@ -1,3 +1,7 @@
 //! q6_K weights (q8_K activations).
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 pub mod scalar;

@@ -1,3 +1,7 @@
 //! q8_0 weights and activations.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 pub mod scalar;

@@ -42,17 +42,19 @@ fn expand(b: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Quantizes f32 activations to q8_0 like ggml's `quantize_row_q8_0_ref`:
-/// d = amax/127 (stored as f16), q = round-half-away(x/d) with the unrounded d.
+/// Quantizes f32 activations to q8_0 as llama.cpp does at run time on x86 (its SIMD
+/// `quantize_row_q8_0`, not the `_ref` one): d = amax/127 (stored as f16),
+/// q = round-half-to-even(x · 127/amax). Matching it matters: a quant that rounds the
+/// other way moves a whole block's contribution, and small quantized models amplify that.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
     check_act(ActType::Q8_0, x, out);
     for (xb, yb) in x.chunks_exact(32).zip(out.chunks_exact_mut(BLOCK)) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         yb[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
         for (q, &v) in yb[2..].iter_mut().zip(xb) {
-            *q = (v * id).round() as i8 as u8;
+            *q = (v * id).round_ties_even() as i8 as u8;
         }
     }
 }

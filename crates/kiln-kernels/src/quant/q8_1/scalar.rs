@@ -6,16 +6,17 @@ use crate::types::ActType;
 
 pub(crate) const BLOCK: usize = 36;
 
-/// Quantizes f32 activations to q8_1 like ggml's `quantize_row_q8_1_ref`.
+/// Quantizes f32 activations to q8_1 as llama.cpp does at run time on x86 (see
+/// [`crate::quant::q8_0::scalar::quantize_row_q8_0`]), plus `s = d·Σq`.
 pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) {
     check_act(ActType::Q8_1, x, out);
     for (xb, yb) in x.chunks_exact(32).zip(out.chunks_exact_mut(BLOCK)) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in yb[4..].iter_mut().zip(xb) {
-            let qi = (v * id).round() as i8;
+            let qi = (v * id).round_ties_even() as i8;
             sum += i32::from(qi);
             *q = qi as u8;
         }

@@ -1,3 +1,5 @@
 //! q8_K activations (for the k-quants).
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
 pub mod scalar;

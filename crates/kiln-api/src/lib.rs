@@ -1,0 +1,20 @@
+//! Kiln's HTTP wire types: the OpenAI-compatible requests and responses of
+//! `/v1/chat/completions`, `/v1/completions` and `/v1/models`, their stream chunks,
+//! vLLM's `/tokenize` and `/detokenize`, the Workers AI-style `/ai/run/{model}`, and
+//! OpenAI's error body.
+//!
+//! Only serde: the server, the router and the benchmark client share these types, and
+//! the engine never sees them. Requests accept `null` wherever OpenAI does and ignore
+//! fields they don't know (as vLLM does), so SDKs that send newer fields keep working;
+//! values of the wrong type are rejected by serde, and the server reports the field.
+
+pub mod chat;
+pub mod common;
+pub mod completions;
+pub mod error;
+pub mod models;
+pub mod tokenize;
+pub mod workers_ai;
+
+pub use common::{PromptTokensDetails, StopSequences, StreamOptions, Usage};
+pub use error::{ErrorBody, ErrorResponse};

@@ -1,0 +1,33 @@
+//! f32 · f32 with AVX-512: four 16-lane accumulators.
+
+use std::arch::x86_64::*;
+
+use crate::quant::block::{check_dot, f32_at, sub};
+use crate::quant::simd::avx512::{hsum_ps, load_ps_bytes};
+use crate::types::WeightType;
+
+/// AVX-512 twin of [`super::scalar::vec_dot_f32_f32`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(crate) fn vec_dot_f32_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(WeightType::F32, n, w, a);
+    let (wc, wt) = w.as_chunks::<256>();
+    let (ac, at) = a.as_chunks::<256>();
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for (x, y) in wc.iter().zip(ac) {
+        for (k, s) in acc.iter_mut().enumerate() {
+            let (xv, yv) = (load_ps_bytes(sub(x, 64 * k)), load_ps_bytes(sub(y, 64 * k)));
+            *s = _mm512_fmadd_ps(xv, yv, *s);
+        }
+    }
+    let (w16, w1) = wt.as_chunks::<64>();
+    let (a16, a1) = at.as_chunks::<64>();
+    for (x, y) in w16.iter().zip(a16) {
+        acc[0] = _mm512_fmadd_ps(load_ps_bytes(x), load_ps_bytes(y), acc[0]);
+    }
+    let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    let mut sum = hsum_ps(total);
+    for i in 0..w1.len() / 4 {
+        sum += f32_at(w1, 4 * i) * f32_at(a1, 4 * i);
+    }
+    sum
+}

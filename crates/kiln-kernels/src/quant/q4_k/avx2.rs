@@ -1,0 +1,39 @@
+//! q4_K × q8_K with AVX2: per 64-element pair, `maddubs` of the nibbles with the
+//! activations, then `madd` with the sub-block scale; the min term from q8_K's sums.
+
+use std::arch::x86_64::*;
+
+use super::scalar::{BLOCK, QS4, SCALES};
+use crate::quant::block::{check_dot, f32_at, scales_mins_k4, sub};
+use crate::quant::q8_k::scalar::{BLOCK as Q8K_BLOCK, BSUMS, QS};
+use crate::quant::simd::avx2::{f16_at, hsum_ps, k_min_term, load_256};
+use crate::types::WeightType;
+
+/// AVX2 twin of [`super::scalar::vec_dot_q4_k_q8_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(WeightType::Q4_K, n, w, a);
+    let (wb, ab) = (w.as_chunks::<BLOCK>().0, a.as_chunks::<Q8K_BLOCK>().0);
+    let low4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_min = 0f32;
+    for (x, y) in wb.iter().zip(ab) {
+        let (sc, mn) = scales_mins_k4(sub(x, SCALES));
+        let dy = f32_at(y, 0);
+        acc_min += f16_at(x, 2) * dy * k_min_term(&mn, sub(y, BSUMS)) as f32;
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let q4 = load_256(sub(x, QS4 + 32 * j));
+            let lo = _mm256_and_si256(q4, low4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), low4);
+            let plo = _mm256_maddubs_epi16(lo, load_256(sub(y, QS + 64 * j)));
+            let phi = _mm256_maddubs_epi16(hi, load_256(sub(y, QS + 64 * j + 32)));
+            let plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(i16::from(sc[2 * j])));
+            let phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(i16::from(sc[2 * j + 1])));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        let d = _mm256_set1_ps(f16_at(x, 0) * dy);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) - acc_min
+}

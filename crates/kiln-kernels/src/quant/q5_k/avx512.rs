@@ -1,0 +1,42 @@
+//! q5_K × q8_K with AVX-512 VNNI: as q4_K, with bit 4 set through a byte mask from
+//! `vptestmb` of `qh` (duplicated into both halves) against bits 2j / 2j+1.
+
+use std::arch::x86_64::*;
+
+use super::scalar::{BLOCK, QH, QS5, SCALES};
+use crate::quant::block::{check_dot, f32_at, scales_mins_k4, sub};
+use crate::quant::q8_k::scalar::{BLOCK as Q8K_BLOCK, BSUMS, QS};
+use crate::quant::simd::avx2::{f16_at, k_min_term, load_256};
+use crate::quant::simd::avx512::{hsum_ps, join, k_pair_scales, k_scales, load_512, nibbles_64};
+use crate::types::WeightType;
+
+/// AVX-512 twin of [`super::scalar::vec_dot_q5_k_q8_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(WeightType::Q5_K, n, w, a);
+    let (wb, ab) = (w.as_chunks::<BLOCK>().0, a.as_chunks::<Q8K_BLOCK>().0);
+    let bit4 = _mm512_set1_epi8(0x10);
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_min = 0f32;
+    for (x, y) in wb.iter().zip(ab) {
+        let (sc, mn) = scales_mins_k4(sub(x, SCALES));
+        let dy = f32_at(y, 0);
+        acc_min += f16_at(x, 2) * dy * k_min_term(&mn, sub(y, BSUMS)) as f32;
+        let qh = load_256(sub(x, QH));
+        let qh = join(qh, qh);
+        // Bit 2j in the lower half, 2j+1 in the upper; advanced by two bits per pair.
+        let mut bits = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(1), _mm512_set1_epi8(2));
+        let scales = k_scales(&sc);
+        let mut sumi = _mm512_setzero_si512();
+        for j in 0..4 {
+            let high = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bits), bit4);
+            bits = _mm512_slli_epi16::<2>(bits);
+            let q = _mm512_or_si512(nibbles_64(sub(x, QS5 + 32 * j)), high);
+            let p = _mm512_maddubs_epi16(q, load_512(sub(y, QS + 64 * j)));
+            sumi = _mm512_dpwssd_epi32(sumi, p, k_pair_scales(scales, j));
+        }
+        let d = _mm512_set1_ps(f16_at(x, 0) * dy);
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) - acc_min
+}

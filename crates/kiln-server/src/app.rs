@@ -1,0 +1,42 @@
+//! The router: which path goes where, and the layers around them.
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
+use crate::routes::{chat, completions, health, metrics, models, tokenize, workers_ai};
+use crate::state::AppState;
+
+/// The whole HTTP API over `state`.
+///
+/// API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`) need an API key when
+/// keys are configured and answer 503 once shutdown has begun; `/health`, `/ready` and
+/// `/metrics` are always open, for orchestrators and scrapers.
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{*model}", get(models::retrieve))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/ai/run/{*model}", post(workers_ai::run))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            crate::auth::require_api_key,
+        ))
+        .route_layer(from_fn_with_state(state.clone(), shutdown_gate));
+    let ops = Router::new()
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/metrics", get(metrics::metrics));
+    let limit = state.config().body_limit;
+    api.merge(ops)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(from_fn(request_context))
+        .with_state(state)
+}

@@ -1,0 +1,259 @@
+//! Errors: [`ApiError`] for what a request gets back (status + OpenAI's JSON body), and
+//! [`Error`] for what stops the server from starting.
+
+use std::net::SocketAddr;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use kiln_api::ErrorResponse;
+
+/// Seconds a 429 or 503 asks the client to wait before retrying.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// Everything a request can fail with; [`IntoResponse`] is the one place statuses live.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// The body is not JSON, or not the JSON the endpoint takes at its top level.
+    #[error("{message}")]
+    InvalidJson { message: String },
+    /// A field has a wrong type or an out-of-range value, or fields conflict.
+    #[error("{message}")]
+    InvalidRequest {
+        param: Option<String>,
+        message: String,
+    },
+    #[error(
+        "this model's maximum context length is {max_model_len} tokens, but {prompt} tokens \
+         were requested for the prompt and {max_tokens} for the completion \
+         ({total} in all); shorten the prompt or lower max_tokens",
+        total = .prompt + .max_tokens
+    )]
+    ContextLength {
+        prompt: usize,
+        max_tokens: usize,
+        max_model_len: usize,
+        param: String,
+    },
+    #[error("the model `{model}` does not exist; served models: {served}")]
+    ModelNotFound { model: String, served: String },
+    #[error("no route for {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("the request body is over the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the queue of model `{model}` is full ({limit} requests in flight); retry later")]
+    QueueFull { model: String, limit: usize },
+    #[error(
+        "model `{model}` is busy ({running} sequences running, its maximum) and the request \
+         asked not to queue (reject_if_busy)"
+    )]
+    Busy { model: String, running: usize },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("model `{model}` is still loading; retry later")]
+    ModelLoading { model: String },
+    #[error("model `{model}` failed to load: {reason}")]
+    ModelUnavailable { model: String, reason: String },
+    #[error("the engine aborted the request")]
+    Aborted,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            param: Some(param.into()),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson { .. }
+            | ApiError::InvalidRequest { .. }
+            | ApiError::ContextLength { .. } => StatusCode::BAD_REQUEST,
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::QueueFull { .. } | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::ShuttingDown
+            | ApiError::ModelLoading { .. }
+            | ApiError::ModelUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Aborted | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self.status() {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// OpenAI's `code` field (also a stable label for logs).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidJson { .. } => "invalid_json",
+            ApiError::InvalidRequest { .. } => "invalid_value",
+            ApiError::ContextLength { .. } => "context_length_exceeded",
+            ApiError::ModelNotFound { .. } => "model_not_found",
+            ApiError::RouteNotFound { .. } => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Unauthorized(_) => "invalid_api_key",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::QueueFull { .. } => "queue_full",
+            ApiError::Busy { .. } => "model_busy",
+            ApiError::ShuttingDown => "shutting_down",
+            ApiError::ModelLoading { .. } => "model_loading",
+            ApiError::ModelUnavailable { .. } => "model_unavailable",
+            ApiError::Aborted => "aborted",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    pub fn param(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidRequest { param, .. } => param.clone(),
+            ApiError::ContextLength { param, .. } => Some(param.clone()),
+            ApiError::ModelNotFound { .. }
+            | ApiError::ModelLoading { .. }
+            | ApiError::ModelUnavailable { .. } => Some("model".into()),
+            _ => None,
+        }
+    }
+
+    /// The JSON body, also sent as an SSE `data:` event when a stream fails midway.
+    pub fn body(&self) -> ErrorResponse {
+        ErrorResponse::new(
+            self.to_string(),
+            self.kind(),
+            self.param(),
+            Some(self.code().into()),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), code = self.code(), "{self}");
+        } else {
+            tracing::debug!(status = status.as_u16(), code = self.code(), "{self}");
+        }
+        let mut resp = (status, Json(self.body())).into_response();
+        let headers = resp.headers_mut();
+        if matches!(
+            self,
+            ApiError::QueueFull { .. } | ApiError::Busy { .. } | ApiError::ModelLoading { .. }
+        ) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+impl From<kiln_engine::Error> for ApiError {
+    fn from(e: kiln_engine::Error) -> Self {
+        match e {
+            kiln_engine::Error::Validation(message) => ApiError::InvalidRequest {
+                param: None,
+                message,
+            },
+            kiln_engine::Error::ContextLength {
+                prompt,
+                max_tokens,
+                max_model_len,
+            } => ApiError::ContextLength {
+                prompt,
+                max_tokens,
+                max_model_len,
+                param: "max_tokens".into(),
+            },
+            kiln_engine::Error::ShuttingDown => ApiError::ShuttingDown,
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// What keeps the server from starting or from shutting down cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error("cannot load model `{model}` from {path}: {source}")]
+    Load {
+        model: String,
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<kiln_engine::Error>,
+    },
+    #[error("no models to serve")]
+    NoModels,
+    #[error("two served models are both called `{0}`")]
+    DuplicateName(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_length_message_names_both_numbers() {
+        let e = ApiError::ContextLength {
+            prompt: 30,
+            max_tokens: 8192,
+            max_model_len: 8192,
+            param: "max_tokens".into(),
+        };
+        let body = e.body().error;
+        assert!(
+            body.message.contains("30 tokens") && body.message.contains("8192 for the completion")
+        );
+        assert_eq!(body.param.as_deref(), Some("max_tokens"));
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn busy_and_full_are_429_with_retry_after() {
+        for e in [
+            ApiError::QueueFull {
+                model: "m".into(),
+                limit: 1,
+            },
+            ApiError::Busy {
+                model: "m".into(),
+                running: 1,
+            },
+        ] {
+            let r = e.into_response();
+            assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert!(r.headers().contains_key(header::RETRY_AFTER));
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The JSON body extractor: every failure becomes an OpenAI-shaped [`ApiError`] naming
+//! the offending field (`param`), never axum's plain-text rejection.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::error::Category;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Like `axum::Json`, but with OpenAI's error shape, the field path of type errors, and
+/// the server's body limit reported as 413. Any content type is accepted (clients such
+/// as `curl -d` often send none or the wrong one).
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.config().body_limit;
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit }
+            } else {
+                ApiError::InvalidJson {
+                    message: format!("cannot read the request body: {}", e.body_text()),
+                }
+            }
+        })?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses `bytes` (a JSON object) as `T`, naming the field that failed.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => {
+            return Err(ApiError::InvalidJson {
+                message: "the request body is empty; expected a JSON object".into(),
+            })
+        }
+        // Serde would also take an array for a struct, field by position; no API wants that.
+        Some(b'[') => {
+            return Err(ApiError::InvalidJson {
+                message: "expected a JSON object, got an array".into(),
+            })
+        }
+        Some(_) => {}
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        field_error(path, e.into_inner())
+    })?;
+    de.end().map_err(|e| ApiError::InvalidJson {
+        message: format!("invalid JSON after the top-level value: {e}"),
+    })?;
+    Ok(value)
+}
+
+fn field_error(path: String, e: serde_json::Error) -> ApiError {
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson {
+            message: format!("the request body is not valid JSON: {e}"),
+        },
+        Category::Data => {
+            let msg = strip_position(&e.to_string());
+            // A missing field is reported at its parent's path; name the field itself.
+            if let Some(field) = msg
+                .strip_prefix("missing field `")
+                .and_then(|m| m.strip_suffix('`'))
+            {
+                let param = if path == "." {
+                    field.to_string()
+                } else {
+                    format!("{path}.{field}")
+                };
+                return ApiError::invalid(param.clone(), format!("`{param}` is required"));
+            }
+            if path == "." {
+                return ApiError::InvalidJson {
+                    message: format!("expected a JSON object: {msg}"),
+                };
+            }
+            ApiError::invalid(path.clone(), format!("invalid value for `{path}`: {msg}"))
+        }
+    }
+}
+
+/// serde_json appends " at line L column C"; the field path says more.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_api::chat::ChatCompletionRequest;
+
+    fn err(body: &str) -> ApiError {
+        match parse::<ChatCompletionRequest>(body.as_bytes()) {
+            Ok(_) => panic!("{body} parsed"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let e = err(r#"{"messages": [], "temperature": "hot"}"#);
+        assert_eq!(e.param().as_deref(), Some("temperature"));
+        assert!(e.to_string().contains("expected f32"), "{e}");
+        let e = err(r#"{"messages": [{"role": "user", "content": 5}]}"#);
+        assert_eq!(e.param().as_deref(), Some("messages[0].content"));
+        let e = err(r#"{"messages": [{"role": "robot", "content": "x"}]}"#);
+        assert_eq!(e.param().as_deref(), Some("messages[0].role"));
+    }
+
+    #[test]
+    fn missing_and_malformed() {
+        let e = err(r#"{"model": "x"}"#);
+        assert_eq!(e.param().as_deref(), Some("messages"));
+        assert!(matches!(
+            err("{\"messages\": ["),
+            ApiError::InvalidJson { .. }
+        ));
+        assert!(matches!(err("[1, 2]"), ApiError::InvalidJson { .. }));
+        assert!(matches!(err(""), ApiError::InvalidJson { .. }));
+        assert!(matches!(
+            err(r#"{"messages": []} x"#),
+            ApiError::InvalidJson { .. }
+        ));
+    }
+}

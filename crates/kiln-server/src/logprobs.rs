@@ -1,0 +1,70 @@
+//! Engine logprobs → OpenAI's two formats: chat (`content: [{token, logprob, bytes,
+//! top_logprobs}]`) and legacy completions (`tokens`, `token_logprobs`, `top_logprobs`,
+//! `text_offset`).
+
+use kiln_api::chat::{ChatLogprobs, ChatTokenLogprob, TopLogprob};
+use kiln_api::completions::{CompletionLogprobs, TopLogprobMap};
+use kiln_engine::TokenLogprobs;
+use kiln_tokenizer::Tokenizer;
+
+/// A token's text (lossy when it holds part of a UTF-8 character) and exact bytes.
+fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.token_bytes(id).to_vec();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Chat-format entries for `ids` (one logprob record per token, in order).
+pub fn chat(tok: &Tokenizer, ids: &[u32], lps: &[TokenLogprobs]) -> ChatLogprobs {
+    let content = ids
+        .iter()
+        .zip(lps)
+        .map(|(&id, lp)| {
+            let (token, bytes) = token_text(tok, id);
+            ChatTokenLogprob {
+                token,
+                logprob: lp.logprob,
+                bytes: Some(bytes),
+                top_logprobs: lp
+                    .top
+                    .iter()
+                    .map(|&(t, logprob)| {
+                        let (token, bytes) = token_text(tok, t);
+                        TopLogprob {
+                            token,
+                            logprob,
+                            bytes: Some(bytes),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    ChatLogprobs {
+        content: Some(content),
+    }
+}
+
+/// Legacy entries for `ids`; `offsets[i]` is token `i`'s character offset in the choice's
+/// text before `base` (the length of an echoed prompt) is added.
+pub fn legacy(
+    tok: &Tokenizer,
+    ids: &[u32],
+    lps: &[TokenLogprobs],
+    offsets: &[usize],
+    base: usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    for (i, (&id, lp)) in ids.iter().zip(lps).enumerate() {
+        out.tokens.push(token_text(tok, id).0);
+        out.token_logprobs.push(Some(lp.logprob));
+        out.top_logprobs.push(Some(TopLogprobMap(
+            lp.top
+                .iter()
+                .map(|&(t, l)| (token_text(tok, t).0, l))
+                .collect(),
+        )));
+        out.text_offset
+            .push(base + offsets.get(i).copied().unwrap_or(0));
+    }
+    out
+}

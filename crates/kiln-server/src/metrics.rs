@@ -1,0 +1,434 @@
+//! Prometheus metrics in the text exposition format, names prefixed `kiln:` with vLLM's
+//! meanings (`vllm:num_requests_running` → `kiln:num_requests_running`, ...).
+//!
+//! A small hand-written registry rather than the `prometheus` crate: half of the values
+//! are the engine's own atomics ([`kiln_engine::StatsSnapshot`]), read when scraped,
+//! which that crate would need custom collectors for; the rest are a few counters and
+//! fixed-bucket histograms that are a handful of atomics each. No locks on the hot path.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use kiln_engine::{FinishReason, StatsSnapshot};
+
+/// Latency buckets in seconds (the same spans vLLM uses, so dashboards carry over).
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0,
+];
+const ITL_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+    10.0, 20.0, 40.0, 80.0,
+];
+const REQUEST_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
+];
+
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Fixed buckets; the sum is kept in nanoseconds so it stays an integer atomic.
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per-bucket (not cumulative) counts; the last is `+Inf`.
+    counts: Box<[AtomicU64]>,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+}
+
+/// What the server itself measures for one model.
+pub struct ModelMetrics {
+    pub prompt_tokens: Counter,
+    pub success_stop: Counter,
+    pub success_length: Counter,
+    pub success_abort: Counter,
+    pub rejected_queue_full: Counter,
+    pub rejected_busy: Counter,
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+    pub e2e_request_latency: Histogram,
+    pub request_queue_time: Histogram,
+    pub request_prefill_time: Histogram,
+    pub request_decode_time: Histogram,
+}
+
+impl Default for ModelMetrics {
+    fn default() -> Self {
+        Self {
+            prompt_tokens: Counter::default(),
+            success_stop: Counter::default(),
+            success_length: Counter::default(),
+            success_abort: Counter::default(),
+            rejected_queue_full: Counter::default(),
+            rejected_busy: Counter::default(),
+            time_to_first_token: Histogram::new(TTFT_BUCKETS),
+            inter_token_latency: Histogram::new(ITL_BUCKETS),
+            e2e_request_latency: Histogram::new(REQUEST_BUCKETS),
+            request_queue_time: Histogram::new(REQUEST_BUCKETS),
+            request_prefill_time: Histogram::new(REQUEST_BUCKETS),
+            request_decode_time: Histogram::new(REQUEST_BUCKETS),
+        }
+    }
+}
+
+impl ModelMetrics {
+    pub fn finished(&self, reason: FinishReason) {
+        match reason {
+            FinishReason::Stop => self.success_stop.add(1),
+            FinishReason::Length => self.success_length.add(1),
+            FinishReason::Abort => self.success_abort.add(1),
+        }
+    }
+}
+
+/// One model's values at scrape time.
+pub struct ModelSample<'a> {
+    pub name: &'a str,
+    pub ready: bool,
+    /// `None` while the model loads.
+    pub engine: Option<StatsSnapshot>,
+    pub admitted: usize,
+    pub metrics: &'a ModelMetrics,
+}
+
+/// Renders every family, one sample per model, in the text format (version 0.0.4).
+pub fn render(models: &[ModelSample<'_>]) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let engine = |f: fn(&StatsSnapshot) -> f64| {
+        models
+            .iter()
+            .map(move |m| (m, m.engine.as_ref().map_or(0.0, f)))
+            .collect::<Vec<_>>()
+    };
+    let server =
+        |f: fn(&ModelSample<'_>) -> f64| models.iter().map(move |m| (m, f(m))).collect::<Vec<_>>();
+
+    gauge(
+        &mut out,
+        "kiln:num_requests_running",
+        "Sequences in the engine's running batch.",
+        &engine(|s| s.num_running as f64),
+    );
+    gauge(
+        &mut out,
+        "kiln:num_requests_waiting",
+        "Sequences waiting in the engine's queue.",
+        &engine(|s| s.num_waiting as f64),
+    );
+    gauge(
+        &mut out,
+        "kiln:kv_cache_usage_perc",
+        "Share of KV-cache blocks held by live sequences (1 = 100%).",
+        &engine(|s| s.kv_usage),
+    );
+    gauge(
+        &mut out,
+        "kiln:kv_cache_blocks",
+        "KV-cache blocks in the pool.",
+        &engine(|s| s.num_kv_blocks as f64),
+    );
+    gauge(
+        &mut out,
+        "kiln:num_requests_admitted",
+        "Sequences admitted by the server and not finished (running plus queued).",
+        &server(|m| m.admitted as f64),
+    );
+    gauge(
+        &mut out,
+        "kiln:model_ready",
+        "1 when the model is loaded and serving.",
+        &server(|m| f64::from(u8::from(m.ready))),
+    );
+    counter(
+        &mut out,
+        "kiln:prefix_cache_queries_total",
+        "Prompt tokens looked up in the prefix cache.",
+        &engine(|s| s.prefix_cache.queries as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:prefix_cache_hits_total",
+        "Prompt tokens found in the prefix cache.",
+        &engine(|s| s.prefix_cache.hits as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:prompt_tokens_total",
+        "Prompt tokens of admitted sequences.",
+        &server(|m| m.metrics.prompt_tokens.get() as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:generation_tokens_total",
+        "Tokens generated.",
+        &engine(|s| s.generation_tokens as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:num_preemptions_total",
+        "Sequences preempted for lack of KV blocks.",
+        &engine(|s| s.preemptions as f64),
+    );
+
+    header(
+        &mut out,
+        "kiln:request_success_total",
+        "counter",
+        "Finished sequences by finish reason.",
+    );
+    for m in models {
+        for (reason, c) in [
+            ("stop", &m.metrics.success_stop),
+            ("length", &m.metrics.success_length),
+            ("abort", &m.metrics.success_abort),
+        ] {
+            sample(
+                &mut out,
+                "kiln:request_success_total",
+                m.name,
+                &[("finished_reason", reason)],
+                c.get() as f64,
+            );
+        }
+    }
+    header(
+        &mut out,
+        "kiln:requests_rejected_total",
+        "counter",
+        "Requests refused with 429, by reason.",
+    );
+    for m in models {
+        for (reason, c) in [
+            ("queue_full", &m.metrics.rejected_queue_full),
+            ("busy", &m.metrics.rejected_busy),
+        ] {
+            sample(
+                &mut out,
+                "kiln:requests_rejected_total",
+                m.name,
+                &[("reason", reason)],
+                c.get() as f64,
+            );
+        }
+    }
+
+    type Pick = fn(&ModelMetrics) -> &Histogram;
+    let hist: [(&str, &str, Pick); 6] = [
+        (
+            "kiln:time_to_first_token_seconds",
+            "Time from arrival to the first generated token.",
+            |m| &m.time_to_first_token,
+        ),
+        (
+            "kiln:inter_token_latency_seconds",
+            "Time between consecutive tokens of a sequence.",
+            |m| &m.inter_token_latency,
+        ),
+        (
+            "kiln:e2e_request_latency_seconds",
+            "Time from arrival to the last token.",
+            |m| &m.e2e_request_latency,
+        ),
+        (
+            "kiln:request_queue_time_seconds",
+            "Time waiting before first being scheduled.",
+            |m| &m.request_queue_time,
+        ),
+        (
+            "kiln:request_prefill_time_seconds",
+            "Time from first scheduled to the first token.",
+            |m| &m.request_prefill_time,
+        ),
+        (
+            "kiln:request_decode_time_seconds",
+            "Time from the first token to the last.",
+            |m| &m.request_decode_time,
+        ),
+    ];
+    for (name, help, pick) in hist {
+        header(&mut out, name, "histogram", help);
+        for m in models {
+            histogram(&mut out, name, m.name, pick(m.metrics));
+        }
+    }
+
+    // The step loop's own costs: where host overhead comes from.
+    counter(
+        &mut out,
+        "kiln:engine_steps_total",
+        "Engine steps run.",
+        &engine(|s| s.steps as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_batched_tokens_total",
+        "Tokens run through the model (prompt and generated).",
+        &engine(|s| s.batched_tokens as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_schedule_seconds_total",
+        "Step time spent scheduling and building batches.",
+        &engine(|s| s.schedule_time.as_secs_f64()),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_model_seconds_total",
+        "Step time spent in the model's forward pass.",
+        &engine(|s| s.model_time.as_secs_f64()),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_update_seconds_total",
+        "Step time spent sampling and updating state.",
+        &engine(|s| s.update_time.as_secs_f64()),
+    );
+    gauge(
+        &mut out,
+        "kiln:engine_host_overhead_ratio",
+        "Share of step time spent outside the model (schedule + update) since start.",
+        &engine(StatsSnapshot::host_overhead),
+    );
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
+    family(out, name, "gauge", help, values);
+}
+
+fn counter(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
+    family(out, name, "counter", help, values);
+}
+
+fn family(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    values: &[(&ModelSample<'_>, f64)],
+) {
+    header(out, name, kind, help);
+    for (m, v) in values {
+        sample(out, name, m.name, &[], *v);
+    }
+}
+
+fn sample(out: &mut String, name: &str, model: &str, extra: &[(&str, &str)], value: f64) {
+    let _ = write!(out, "{name}{{model_name=\"{}\"", escape(model));
+    for (k, v) in extra {
+        let _ = write!(out, ",{k}=\"{}\"", escape(v));
+    }
+    let _ = writeln!(out, "}} {}", number(value));
+}
+
+fn histogram(out: &mut String, name: &str, model: &str, h: &Histogram) {
+    let mut cumulative = 0u64;
+    for (i, c) in h.counts.iter().enumerate() {
+        cumulative += c.load(Relaxed);
+        let le = h
+            .bounds
+            .get(i)
+            .map_or_else(|| "+Inf".to_string(), |b| number(*b));
+        sample(
+            out,
+            &format!("{name}_bucket"),
+            model,
+            &[("le", &le)],
+            cumulative as f64,
+        );
+    }
+    sample(
+        out,
+        &format!("{name}_sum"),
+        model,
+        &[],
+        h.sum_ns.load(Relaxed) as f64 / 1e9,
+    );
+    sample(out, &format!("{name}_count"), model, &[], cumulative as f64);
+}
+
+fn number(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_in_inf() {
+        let m = ModelMetrics::default();
+        m.time_to_first_token.observe(Duration::from_millis(3));
+        m.time_to_first_token.observe(Duration::from_secs(5000));
+        let text = render(&[ModelSample {
+            name: "a\"b",
+            ready: true,
+            engine: None,
+            admitted: 0,
+            metrics: &m,
+        }]);
+        assert!(text.contains(
+            "kiln:time_to_first_token_seconds_bucket{model_name=\"a\\\"b\",le=\"0.001\"} 0\n"
+        ));
+        assert!(text.contains(
+            "kiln:time_to_first_token_seconds_bucket{model_name=\"a\\\"b\",le=\"0.005\"} 1\n"
+        ));
+        assert!(text.contains(
+            "kiln:time_to_first_token_seconds_bucket{model_name=\"a\\\"b\",le=\"+Inf\"} 2\n"
+        ));
+        assert!(text.contains("kiln:time_to_first_token_seconds_count{model_name=\"a\\\"b\"} 2\n"));
+        assert!(text.contains("# TYPE kiln:request_success_total counter\n"));
+    }
+}

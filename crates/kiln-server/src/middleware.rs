@@ -1,0 +1,70 @@
+//! Per-request plumbing: an id and a tracing span for every request, panics turned into
+//! 500s, the shutdown gate, and OpenAI-shaped 404/405 fallbacks.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The server's id of one request (32 hex digits); also the suffix of completion ids
+/// and the `x-request-id` response header.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Gives each request an id and a span, logs its status, and turns a panic in a handler
+/// into a 500 for that request alone.
+pub async fn request_context(mut req: Request, next: Next) -> Response {
+    let id = format!("{:032x}", rand::random::<u128>());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span =
+        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let start = Instant::now();
+    let mut resp = AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await
+        .unwrap_or_else(|_| {
+            ApiError::Internal("the request handler panicked".into()).into_response()
+        });
+    span.in_scope(|| {
+        tracing::info!(
+            status = resp.status().as_u16(),
+            elapsed_ms = start.elapsed().as_millis() as u64,
+            "response"
+        );
+    });
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// Once shutdown has begun, API requests get 503 (in-flight ones carry on).
+pub async fn shutdown_gate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.is_shutting_down() {
+        return ApiError::ShuttingDown.into_response();
+    }
+    next.run(req).await
+}
+
+pub async fn not_found(req: Request) -> ApiError {
+    ApiError::RouteNotFound {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+}
+
+pub async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+}

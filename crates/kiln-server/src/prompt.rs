@@ -1,0 +1,152 @@
+//! Prompts → token ids: chat messages through the model's chat template, and plain text.
+//!
+//! Tokenizing and rendering are synchronous CPU work; [`blocking`] runs them off the
+//! async workers so a long prompt doesn't stall other connections.
+
+use kiln_api::chat::{ChatMessage, ContentPart, MessageContent};
+use kiln_engine::ServingModel;
+use kiln_tokenizer as tok;
+
+use crate::error::ApiError;
+
+/// Runs `f` on the blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("tokenizer task failed: {e}")))?
+}
+
+/// Checks the messages and converts them to the template's type. Only text content can
+/// be served; other parts are a 400 naming the part.
+pub fn to_template_messages(
+    messages: &[ChatMessage],
+    param: &str,
+) -> Result<Vec<tok::ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must contain at least one message"),
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let content = match &m.content {
+                None => None,
+                Some(MessageContent::Text(t)) => Some(tok::MessageContent::Text(t.clone())),
+                Some(MessageContent::Parts(parts)) => Some(tok::MessageContent::Parts(
+                    parts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, p)| match p {
+                            ContentPart::Text { text } => Ok(tok::ContentPart::text(text.clone())),
+                            _ => Err(ApiError::invalid(
+                                format!("{param}[{i}].content[{j}]"),
+                                "only text content parts are supported by this server",
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?,
+                )),
+            };
+            let tool_calls = match &m.tool_calls {
+                Some(calls) => Some(
+                    serde_json::to_value(calls).map_err(|e| ApiError::Internal(e.to_string()))?,
+                ),
+                None => None,
+            };
+            Ok(tok::ChatMessage {
+                role: m.role.template_name().to_string(),
+                content,
+                name: m.name.clone(),
+                tool_calls,
+                tool_call_id: m.tool_call_id.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Renders `messages` with the model's chat template and tokenizes the result.
+pub fn chat(
+    model: &ServingModel,
+    messages: &[tok::ChatMessage],
+    tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+    param: &str,
+) -> Result<Vec<u32>, ApiError> {
+    let text = render(model, messages, tools, add_generation_prompt, param)?;
+    encode_rendered(model, &text)
+}
+
+/// The rendered prompt text.
+pub fn render(
+    model: &ServingModel,
+    messages: &[tok::ChatMessage],
+    tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+    param: &str,
+) -> Result<String, ApiError> {
+    let template = model.chat_template.as_ref().ok_or_else(|| {
+        ApiError::invalid(
+            param,
+            format!(
+                "model `{}` has no chat template; send a plain prompt to /v1/completions instead",
+                model.name
+            ),
+        )
+    })?;
+    template
+        .render(&tok::ChatRequestView {
+            messages,
+            tools,
+            add_generation_prompt,
+            extra: None,
+        })
+        .map_err(|e| ApiError::invalid(param, format!("cannot apply the chat template: {e}")))
+}
+
+/// Tokenizes a rendered conversation: control-token text (`<|im_start|>`) becomes those
+/// tokens, and BOS is added only if the model wants one and the template didn't write
+/// it already.
+pub fn encode_rendered(model: &ServingModel, text: &str) -> Result<Vec<u32>, ApiError> {
+    let t = &model.tokenizer;
+    let bos_written = t
+        .bos_id()
+        .map(|b| t.token_bytes(b))
+        .is_some_and(|b| !b.is_empty() && text.as_bytes().starts_with(b));
+    encode(model, text, t.adds_bos() && !bos_written, "messages")
+}
+
+/// Tokenizes `text` (control-token text parsed as those tokens).
+pub fn encode(
+    model: &ServingModel,
+    text: &str,
+    add_special: bool,
+    param: &str,
+) -> Result<Vec<u32>, ApiError> {
+    model
+        .tokenizer
+        .encode(text, add_special, true)
+        .map_err(|e| ApiError::invalid(param, format!("cannot tokenize the prompt: {e}")))
+}
+
+/// Checks that token ids given directly are in the vocabulary.
+pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
+    match ids.iter().find(|&&t| t as usize >= vocab_size) {
+        Some(bad) => Err(ApiError::invalid(
+            param,
+            format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Token ids valid for both the tokenizer and the model's logits.
+pub fn vocab_size(model: &ServingModel) -> usize {
+    model
+        .tokenizer
+        .vocab_size()
+        .min(model.model_config.vocab_size)
+}

@@ -1,0 +1,309 @@
+//! `POST /v1/completions`: a string, a batch of strings, token ids or a batch of them.
+//! A batch of `p` prompts with `n` completions each gives choices `p * n + i`.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use kiln_api::completions::{Completion, CompletionChoice, CompletionRequest, Prompt};
+use kiln_api::Usage;
+use kiln_engine::output::TextEvent;
+use kiln_engine::ServingModel;
+use kiln_tokenizer::Tokenizer;
+
+use super::chat::Head;
+use super::{admit, finish_reason};
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::middleware::RequestId;
+use crate::prompt::{self, blocking};
+use crate::state::{unix_now, AppState};
+use crate::stream::{sse, to_json, ChunkFormat};
+use crate::validate::{Sampling, SamplingFields};
+
+/// Most prompts in one batch.
+pub const MAX_BATCH: usize = 64;
+
+pub async fn completions(
+    State(state): State<AppState>,
+    Extension(rid): Extension<RequestId>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let slot = state.resolve(req.model.as_deref())?;
+    let model = slot.serving()?;
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid(
+            "suffix",
+            "suffix (fill-in-the-middle) is not supported",
+        ));
+    }
+    if let Some(b) = req.best_of.filter(|&b| b != req.n.unwrap_or(1)) {
+        return Err(ApiError::invalid(
+            "best_of",
+            format!("best_of must equal n when given (got {b})"),
+        ));
+    }
+    let sampling = Sampling::check(
+        &SamplingFields {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            top_k: req.top_k,
+            min_p: req.min_p,
+            repetition_penalty: req.repetition_penalty,
+            presence_penalty: req.presence_penalty,
+            frequency_penalty: req.frequency_penalty,
+            logit_bias: req.logit_bias.as_ref(),
+            seed: req.seed,
+            n: req.n,
+            max_tokens: req.max_tokens,
+            max_tokens_param: "max_tokens",
+            min_tokens: req.min_tokens,
+            ignore_eos: req.ignore_eos,
+            stop: req.stop.clone().map(|s| s.into_vec()),
+            stop_token_ids: req.stop_token_ids.as_deref(),
+            logprobs: req.logprobs,
+            logprobs_param: "logprobs",
+        },
+        prompt::vocab_size(&model),
+    )?;
+    let inputs = split_prompt(req.prompt)?;
+    for ids in inputs.iter().filter_map(|p| p.as_tokens()) {
+        prompt::check_token_ids(ids, prompt::vocab_size(&model), "prompt")?;
+    }
+    let permit = admit(
+        &slot,
+        inputs.len() * sampling.n,
+        req.reject_if_busy.unwrap_or(false),
+    )?;
+
+    let echo = req.echo.unwrap_or(false);
+    let add_special = req.add_special_tokens.unwrap_or(true);
+    let m = model.clone();
+    let prepared = blocking(move || {
+        inputs
+            .into_iter()
+            .map(|p| p.prepare(&m, add_special, echo))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
+    let max_model_len = model.engine_config.max_model_len;
+    let mut engine_reqs = Vec::with_capacity(prepared.len());
+    let mut echoes = Vec::with_capacity(prepared.len());
+    for (ids, echo_text) in prepared {
+        engine_reqs.push(sampling.request(ids, "prompt", max_model_len)?);
+        echoes.push(echo_text);
+    }
+    let skip_special = req.skip_special_tokens.unwrap_or(true);
+    let gen = Generation::start(&model, slot.clone(), engine_reqs, skip_special, permit)?;
+    let head = Head {
+        id: format!("cmpl-{}", rid.0),
+        created: unix_now(),
+        model: slot.name.clone(),
+        fingerprint: slot.fingerprint(),
+    };
+    let n = sampling.n;
+    let want_logprobs = req.logprobs.is_some();
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let echo_of = (0..gen.num_choices())
+            .map(|c| echoes[c / n].clone())
+            .collect::<Vec<_>>();
+        let fmt = CompletionFormat {
+            head,
+            include_usage,
+            logprobs: want_logprobs,
+            tokenizer: model.tokenizer.clone(),
+            chars: echo_of.iter().map(|e| e.chars().count()).collect(),
+            echo_of,
+        };
+        return Ok(sse(gen, fmt, tracing::Span::current()));
+    }
+    let (outs, usage) = collect(gen).await?;
+    let choices = outs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let prefix = &echoes[i / n];
+            let base = prefix.chars().count();
+            CompletionChoice {
+                logprobs: want_logprobs.then(|| {
+                    crate::logprobs::legacy(
+                        &model.tokenizer,
+                        &c.token_ids,
+                        &c.logprobs,
+                        &c.text_offsets,
+                        base,
+                    )
+                }),
+                text: format!("{prefix}{}", c.text),
+                index: i as u32,
+                finish_reason: finish_reason(c.finish),
+            }
+        })
+        .collect();
+    Ok(Json(Completion {
+        id: head.id,
+        object: "text_completion".into(),
+        created: head.created,
+        model: head.model,
+        system_fingerprint: head.fingerprint,
+        choices,
+        usage: Some(Some(usage)),
+    })
+    .into_response())
+}
+
+/// One prompt of a (possibly batched) request.
+enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+impl PromptInput {
+    fn as_tokens(&self) -> Option<&[u32]> {
+        match self {
+            PromptInput::Tokens(t) => Some(t),
+            PromptInput::Text(_) => None,
+        }
+    }
+
+    /// Token ids, and the text to echo (empty unless `echo`).
+    fn prepare(
+        self,
+        model: &ServingModel,
+        add_special: bool,
+        echo: bool,
+    ) -> Result<(Vec<u32>, String), ApiError> {
+        match self {
+            PromptInput::Text(text) => {
+                let ids = prompt::encode(model, &text, add_special, "prompt")?;
+                Ok((ids, if echo { text } else { String::new() }))
+            }
+            PromptInput::Tokens(ids) => {
+                let text = if echo {
+                    model.tokenizer.decode(&ids, false)
+                } else {
+                    String::new()
+                };
+                Ok((ids, text))
+            }
+        }
+    }
+}
+
+fn split_prompt(p: Prompt) -> Result<Vec<PromptInput>, ApiError> {
+    let inputs: Vec<PromptInput> = match p {
+        Prompt::Text(t) => vec![PromptInput::Text(t)],
+        Prompt::Tokens(t) => vec![PromptInput::Tokens(t)],
+        Prompt::Texts(v) => v.into_iter().map(PromptInput::Text).collect(),
+        Prompt::TokenBatches(v) => v.into_iter().map(PromptInput::Tokens).collect(),
+    };
+    if inputs.is_empty() {
+        return Err(ApiError::invalid(
+            "prompt",
+            "prompt must not be an empty list",
+        ));
+    }
+    if inputs.len() > MAX_BATCH {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!(
+                "at most {MAX_BATCH} prompts per request, got {}",
+                inputs.len()
+            ),
+        ));
+    }
+    Ok(inputs)
+}
+
+struct CompletionFormat {
+    head: Head,
+    include_usage: bool,
+    logprobs: bool,
+    tokenizer: Arc<Tokenizer>,
+    /// Per choice: the echoed prompt, sent first.
+    echo_of: Vec<String>,
+    /// Per choice: characters sent so far (for `text_offset`).
+    chars: Vec<usize>,
+}
+
+impl CompletionFormat {
+    fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> String {
+        to_json(&Completion {
+            id: self.head.id.clone(),
+            object: "text_completion".into(),
+            created: self.head.created,
+            model: self.head.model.clone(),
+            system_fingerprint: self.head.fingerprint.clone(),
+            choices,
+            usage: self.include_usage.then_some(usage),
+        })
+    }
+}
+
+impl ChunkFormat for CompletionFormat {
+    fn start(&mut self, out: &mut Vec<String>) {
+        for (i, echo) in self
+            .echo_of
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.is_empty())
+        {
+            out.push(self.chunk(vec![choice(i, echo.clone(), None, None)], None));
+        }
+    }
+
+    fn event(&mut self, ev: ChoiceEvent, out: &mut Vec<String>) {
+        let i = ev.choice;
+        match ev.event {
+            TextEvent::Started { .. } => {}
+            TextEvent::Delta {
+                text,
+                token_ids,
+                logprobs,
+                ..
+            } => {
+                let base = self.chars.get(i).copied().unwrap_or(0);
+                let lp = (self.logprobs && !token_ids.is_empty()).then(|| {
+                    let offsets = vec![0; token_ids.len()];
+                    crate::logprobs::legacy(&self.tokenizer, &token_ids, &logprobs, &offsets, base)
+                });
+                if text.is_empty() && lp.is_none() {
+                    return;
+                }
+                if let Some(c) = self.chars.get_mut(i) {
+                    *c += text.chars().count();
+                }
+                out.push(self.chunk(vec![choice(i, text, lp, None)], None));
+            }
+            TextEvent::Finished { reason, .. } => {
+                out.push(self.chunk(
+                    vec![choice(i, String::new(), None, finish_reason(Some(reason)))],
+                    None,
+                ));
+            }
+        }
+    }
+
+    fn end(&mut self, usage: Usage, out: &mut Vec<String>) {
+        if self.include_usage {
+            out.push(self.chunk(Vec::new(), Some(usage)));
+        }
+    }
+}
+
+fn choice(
+    index: usize,
+    text: String,
+    logprobs: Option<kiln_api::completions::CompletionLogprobs>,
+    finish_reason: Option<String>,
+) -> CompletionChoice {
+    CompletionChoice {
+        text,
+        index: index as u32,
+        logprobs,
+        finish_reason,
+    }
+}

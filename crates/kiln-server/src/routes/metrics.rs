@@ -1,0 +1,32 @@
+//! `GET /metrics`: Prometheus text format.
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+
+use crate::metrics::{render, ModelSample};
+use crate::state::AppState;
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let loaded: Vec<_> = state
+        .models()
+        .iter()
+        .map(|m| (m, m.serving().ok()))
+        .collect();
+    let samples: Vec<ModelSample<'_>> = loaded
+        .iter()
+        .map(|(slot, model)| ModelSample {
+            name: &slot.name,
+            ready: model.is_some(),
+            engine: model.as_ref().map(|m| m.handle().stats().snapshot()),
+            admitted: slot.admission.in_flight(),
+            metrics: &slot.metrics,
+        })
+        .collect();
+    let mut resp = render(&samples).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}

@@ -1,0 +1,120 @@
+//! `POST /ai/run/{model}`, after Cloudflare Workers AI: `{prompt}` or `{messages}` in,
+//! `{result: {response, usage}, success, errors, messages}` out, or streamed as
+//! `data: {"response": "..."}` events ending with `data: [DONE]`. The model name may
+//! contain slashes (`@kiln/smollm2-135m-instruct`).
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use kiln_api::chat::{ChatMessage, Role};
+use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
+use kiln_api::Usage;
+use kiln_engine::output::TextEvent;
+
+use super::admit;
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::prompt::{self, blocking};
+use crate::state::AppState;
+use crate::stream::{sse, to_json, ChunkFormat};
+use crate::validate::{Sampling, SamplingFields};
+
+/// Workers AI's default `max_tokens` (capped by what the context leaves).
+pub const DEFAULT_MAX_TOKENS: u32 = 256;
+
+pub async fn run(
+    State(state): State<AppState>,
+    Path(model_name): Path<String>,
+    ApiJson(req): ApiJson<AiRunRequest>,
+) -> Result<Response, ApiError> {
+    let slot = state.resolve(Some(&model_name))?;
+    let model = slot.serving()?;
+    let messages = match (req.prompt, req.messages) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "send either `prompt` or `messages`, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "`prompt` or `messages` is required",
+            ))
+        }
+        (Some(p), None) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
+        (Some(p), None) => Ok(vec![ChatMessage::text(Role::User, p)]),
+        (None, Some(m)) => Ok(m),
+    };
+    let param = if messages.is_ok() {
+        "messages"
+    } else {
+        "prompt"
+    };
+    let sampling = Sampling::check(
+        &SamplingFields {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            top_k: req.top_k,
+            repetition_penalty: req.repetition_penalty,
+            presence_penalty: req.presence_penalty,
+            frequency_penalty: req.frequency_penalty,
+            seed: req.seed,
+            max_tokens: req.max_tokens,
+            max_tokens_param: "max_tokens",
+            logprobs_param: "logprobs",
+            ..SamplingFields::default()
+        },
+        prompt::vocab_size(&model),
+    )?;
+    let messages = match messages {
+        Ok(m) => Ok(prompt::to_template_messages(&m, "messages")?),
+        Err(text) => Err(text),
+    };
+    let permit = admit(&slot, 1, req.reject_if_busy.unwrap_or(false))?;
+    let m = model.clone();
+    let ids = blocking(move || match messages {
+        Ok(msgs) => prompt::chat(&m, &msgs, None, true, "messages"),
+        Err(text) => prompt::encode(&m, &text, true, "prompt"),
+    })
+    .await?;
+    let max_model_len = model.engine_config.max_model_len;
+    let mut sampling = sampling;
+    if req.max_tokens.is_none() {
+        let room = max_model_len.saturating_sub(ids.len()).max(1);
+        sampling.set_max_tokens((DEFAULT_MAX_TOKENS as usize).min(room));
+    }
+    let engine_req = sampling.request(ids, param, max_model_len)?;
+    let gen = Generation::start(&model, slot.clone(), vec![engine_req], true, permit)?;
+    if req.stream.unwrap_or(false) {
+        return Ok(sse(gen, AiFormat, tracing::Span::current()));
+    }
+    let (outs, usage) = collect(gen).await?;
+    let response = outs.into_iter().next().map(|c| c.text).unwrap_or_default();
+    Ok(Json(AiRunResponse::success(response, usage)).into_response())
+}
+
+struct AiFormat;
+
+impl ChunkFormat for AiFormat {
+    fn start(&mut self, _out: &mut Vec<String>) {}
+
+    fn event(&mut self, ev: ChoiceEvent, out: &mut Vec<String>) {
+        if let TextEvent::Delta { text, .. } = ev.event {
+            if !text.is_empty() {
+                out.push(to_json(&AiRunChunk {
+                    response: text,
+                    usage: None,
+                }));
+            }
+        }
+    }
+
+    fn end(&mut self, usage: Usage, out: &mut Vec<String>) {
+        out.push(to_json(&AiRunChunk {
+            response: String::new(),
+            usage: Some(usage),
+        }));
+    }
+}

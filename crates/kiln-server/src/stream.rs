@@ -1,0 +1,117 @@
+//! Server-sent events exactly as OpenAI sends them: `data: {json}\n\n` per chunk and a
+//! final `data: [DONE]\n\n`.
+//!
+//! The body stream owns the [`Generation`], so when a client disconnects and hyper
+//! drops the body, the engine request is aborted and its KV blocks freed at once. The
+//! generation is also dropped as soon as it ends, before `[DONE]` is written, so its
+//! admission permit is released as early as possible.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use kiln_api::Usage;
+use kiln_engine::output::TextEvent;
+use kiln_engine::FinishReason;
+use serde::Serialize;
+use tracing::{Instrument, Span};
+
+use crate::error::ApiError;
+use crate::generation::{ChoiceEvent, Generation};
+
+/// Turns a generation's events into the endpoint's JSON chunks.
+pub trait ChunkFormat: Send + 'static {
+    /// Chunks sent before any token (e.g. chat's role chunk).
+    fn start(&mut self, out: &mut Vec<String>);
+    /// Chunks for one event (empty deltas may produce none).
+    fn event(&mut self, ev: ChoiceEvent, out: &mut Vec<String>);
+    /// Chunks after the last event (e.g. the usage chunk).
+    fn end(&mut self, usage: Usage, out: &mut Vec<String>);
+}
+
+/// JSON text of a chunk; serializing plain data structures can't fail, but if it ever
+/// did, an error object goes out instead of a panic.
+pub fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| {
+        let err = ApiError::Internal(format!("cannot serialize a chunk: {e}"));
+        serde_json::to_string(&err.body()).unwrap_or_default()
+    })
+}
+
+struct SseState<F> {
+    gen: Option<Generation>,
+    fmt: F,
+    pending: VecDeque<String>,
+    done: bool,
+    span: Span,
+}
+
+/// The streamed response for `gen`, formatted by `fmt`.
+pub fn sse<F: ChunkFormat>(gen: Generation, mut fmt: F, span: Span) -> Response {
+    let mut first = Vec::new();
+    fmt.start(&mut first);
+    let state = SseState {
+        gen: Some(gen),
+        fmt,
+        pending: first.into(),
+        done: false,
+        span,
+    };
+    let body = stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(data) = st.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(frame(&data)), st));
+            }
+            if st.done {
+                return None;
+            }
+            let next = match st.gen.as_mut() {
+                Some(gen) => gen.next().instrument(st.span.clone()).await,
+                None => None,
+            };
+            let mut out = Vec::new();
+            match next {
+                Some(ChoiceEvent {
+                    event:
+                        TextEvent::Finished {
+                            reason: FinishReason::Abort,
+                            ..
+                        },
+                    ..
+                }) => {
+                    // The engine gave up on it (a failed step): say so, then end.
+                    st.gen = None;
+                    out.push(to_json(&ApiError::Aborted.body()));
+                    out.push("[DONE]".into());
+                    st.done = true;
+                }
+                Some(ev) => st.fmt.event(ev, &mut out),
+                None => {
+                    let usage = st.gen.take().map(|g| g.usage()).unwrap_or_default();
+                    st.fmt.end(usage, &mut out);
+                    out.push("[DONE]".into());
+                    st.done = true;
+                    st.span.in_scope(|| tracing::debug!("stream finished"));
+                }
+            }
+            st.pending.extend(out);
+        }
+    });
+    let mut resp = Body::from_stream(body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Tell reverse proxies (nginx) not to buffer the stream.
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+fn frame(data: &str) -> Bytes {
+    Bytes::from(format!("data: {data}\n\n"))
+}

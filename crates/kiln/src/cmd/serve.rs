@@ -1,0 +1,225 @@
+//! `kiln serve`: the OpenAI-compatible HTTP server.
+//!
+//! With no arguments it serves the default model on 127.0.0.1:8000, fetching it first if
+//! needed. Settings come from flags, then their environment variables, then the
+//! `--config` file, then defaults.
+
+mod config;
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use kiln_catalog::{ModelSpec, Task};
+use kiln_server::{ModelSource, ServeOptions, ServerConfig, ServingOptions};
+
+use self::config::{FileConfig, Size};
+use super::GlobalArgs;
+use crate::progress::BarProgress;
+
+const DEFAULT_HOST: &str = "127.0.0.1";
+const DEFAULT_PORT: u16 = 8000;
+const DEFAULT_SHUTDOWN_TIMEOUT_S: f64 = 30.0;
+
+/// Arguments of `kiln serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on [default: 127.0.0.1]
+    #[arg(long, env = "KILN_HOST")]
+    host: Option<String>,
+
+    /// Port to listen on (0 picks a free one) [default: 8000]
+    #[arg(long, env = "KILN_PORT")]
+    port: Option<u16>,
+
+    /// Model to serve (catalogue name or alias); repeat to serve several
+    /// [default: smollm2-135m-instruct]
+    #[arg(
+        long = "model",
+        short,
+        value_name = "NAME",
+        env = "KILN_MODEL",
+        value_delimiter = ','
+    )]
+    models: Vec<String>,
+
+    /// TOML file with any of these settings (flags override it)
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    /// Accepted API key (`Authorization: Bearer <key>`); repeat for several. Without
+    /// any, the API is open
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "KILN_API_KEY",
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+
+    /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
+    /// [default: a quarter of available memory, at most 4GiB]
+    #[arg(long, value_name = "SIZE")]
+    kv_cache_memory: Option<Size>,
+
+    /// Most sequences running at once per model [default: 64]
+    #[arg(long)]
+    max_num_seqs: Option<usize>,
+
+    /// Token budget of one engine step [default: 512]
+    #[arg(long)]
+    max_num_batched_tokens: Option<usize>,
+
+    /// Longest prompt plus completion [default: the model's context, capped by the KV cache]
+    #[arg(long)]
+    max_model_len: Option<usize>,
+
+    /// Sequences that may wait per model beyond the running ones; more get 429 [default: 1024]
+    #[arg(long)]
+    max_queued: Option<usize>,
+
+    /// Seconds to let in-flight requests finish after SIGTERM/Ctrl-C [default: 30]
+    #[arg(long, value_name = "SECS")]
+    shutdown_timeout: Option<f64>,
+
+    /// Largest request body, e.g. 4MiB; larger ones get 413 [default: 4MiB]
+    #[arg(long, value_name = "SIZE")]
+    max_body_size: Option<Size>,
+}
+
+/// Runs `kiln serve` until SIGTERM or Ctrl-C.
+pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let (opts, models) = settings(global, args, file)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kiln-http")
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(kiln_server::run(
+        opts,
+        models,
+        kiln_server::shutdown_signal(),
+    ));
+    // Tasks abandoned at the shutdown deadline must not hold the exit up.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result.context("server failed")
+}
+
+/// Merges flags over the file over defaults, and fetches the models.
+fn settings(
+    global: &GlobalArgs,
+    args: Args,
+    file: FileConfig,
+) -> anyhow::Result<(ServeOptions, Vec<ModelSource>)> {
+    let host = args
+        .host
+        .or(file.host)
+        .unwrap_or_else(|| DEFAULT_HOST.into());
+    let port = args.port.or(file.port).unwrap_or(DEFAULT_PORT);
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = (bare, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| {
+            format!(
+                "invalid --host {host:?}: expected an address such as 127.0.0.1, ::1 or localhost"
+            )
+        })?;
+    let shutdown_timeout = args
+        .shutdown_timeout
+        .or(file.shutdown_timeout)
+        .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT_S);
+    anyhow::ensure!(
+        shutdown_timeout.is_finite() && shutdown_timeout >= 0.0,
+        "invalid shutdown timeout {shutdown_timeout}: expected seconds >= 0"
+    );
+    let defaults = ServerConfig::default();
+    let server = ServerConfig {
+        api_keys: if args.api_keys.is_empty() {
+            file.api_keys.unwrap_or_default()
+        } else {
+            args.api_keys
+        },
+        max_queued: args
+            .max_queued
+            .or(file.max_queued)
+            .unwrap_or(defaults.max_queued),
+        body_limit: args
+            .max_body_size
+            .or(file.max_body_size)
+            .map_or(defaults.body_limit, |s| {
+                usize::try_from(s.0).unwrap_or(usize::MAX)
+            }),
+    };
+    anyhow::ensure!(
+        server.api_keys.iter().all(|k| !k.trim().is_empty()),
+        "API keys must not be empty"
+    );
+
+    let mut engine = ServingOptions::detect();
+    if let Some(kv) = args.kv_cache_memory.or(file.kv_cache_memory) {
+        engine.kv_cache_bytes =
+            Some(usize::try_from(kv.0).context("--kv-cache-memory is too large")?);
+    }
+    if let Some(n) = args.max_num_seqs.or(file.max_num_seqs) {
+        anyhow::ensure!(n >= 1, "--max-num-seqs must be at least 1");
+        engine.max_num_seqs = n;
+    }
+    if let Some(n) = args.max_num_batched_tokens.or(file.max_num_batched_tokens) {
+        anyhow::ensure!(n >= 1, "--max-num-batched-tokens must be at least 1");
+        engine.max_num_batched_tokens = n;
+    }
+    if let Some(n) = args.max_model_len.or(file.max_model_len) {
+        anyhow::ensure!(n >= 2, "--max-model-len must be at least 2");
+        engine.max_model_len = Some(n);
+    }
+
+    let mut names = if args.models.is_empty() {
+        file.models.unwrap_or_default()
+    } else {
+        args.models
+    };
+    if names.is_empty() {
+        names.push(kiln_catalog::DEFAULT_MODEL.to_string());
+    }
+    let mut specs: Vec<&'static ModelSpec> = Vec::new();
+    for name in &names {
+        let spec = kiln_catalog::find(name)?;
+        anyhow::ensure!(
+            spec.task == Task::TextGeneration,
+            "{} is a {} model; `kiln serve` serves text-generation models",
+            spec.name,
+            spec.task
+        );
+        if !specs.iter().any(|s| s.name == spec.name) {
+            specs.push(spec);
+        }
+    }
+    let cache = global.cache()?;
+    let mut models = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let progress = BarProgress::new(spec.name);
+        cache
+            .ensure(spec, &progress)
+            .with_context(|| format!("cannot fetch {}", spec.name))?;
+        models.push(ModelSource {
+            name: spec.name.to_string(),
+            aliases: spec.aliases.iter().map(|a| a.to_string()).collect(),
+            task: spec.task.as_str().to_string(),
+            path: cache.primary_path(spec),
+            options: engine.clone(),
+        });
+    }
+    let opts = ServeOptions {
+        addr,
+        shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
+        server,
+    };
+    Ok((opts, models))
+}

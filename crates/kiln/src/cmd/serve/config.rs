@@ -1,0 +1,137 @@
+//! `kiln serve --config PATH`: the TOML file, and sizes such as `"512MiB"`.
+//!
+//! Every key is optional and has the same meaning as the flag of the same name; flags
+//! (and their environment variables) override the file.
+//!
+//! ```toml
+//! host = "127.0.0.1"
+//! port = 8000
+//! models = ["smollm2-135m-instruct"]
+//! api_keys = ["sk-local-1"]
+//! kv_cache_memory = "2GiB"
+//! max_num_seqs = 64
+//! max_num_batched_tokens = 512
+//! max_model_len = 4096
+//! max_queued = 1024
+//! shutdown_timeout = 30
+//! max_body_size = "4MiB"
+//! ```
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub models: Option<Vec<String>>,
+    pub api_keys: Option<Vec<String>>,
+    pub kv_cache_memory: Option<Size>,
+    pub max_num_seqs: Option<usize>,
+    pub max_num_batched_tokens: Option<usize>,
+    pub max_model_len: Option<usize>,
+    pub max_queued: Option<usize>,
+    /// Seconds.
+    pub shutdown_timeout: Option<f64>,
+    pub max_body_size: Option<Size>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+}
+
+/// A size in bytes: an integer, or a string such as `"512MiB"`, `"2GiB"`, `"1.5G"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "SizeRepr")]
+pub struct Size(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeRepr {
+    Int(u64),
+    Str(String),
+}
+
+impl TryFrom<SizeRepr> for Size {
+    type Error = String;
+    fn try_from(r: SizeRepr) -> Result<Self, String> {
+        match r {
+            SizeRepr::Int(n) => Ok(Size(n)),
+            SizeRepr::Str(s) => parse_size(&s).map(Size),
+        }
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_size(s).map(Size)
+    }
+}
+
+/// Parses `"4096"`, `"512MiB"`, `"2GiB"`, `"2G"` (binary: K/M/G/T and KiB... are powers of
+/// 1024) or `"500MB"` (decimal: KB/MB/GB/TB are powers of 1000).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num.parse().map_err(|_| {
+        format!("invalid size {s:?}: expected a number with an optional unit such as MiB or GiB")
+    })?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => return Err(format!("invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+    };
+    let bytes = num * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("500MB"), Ok(500_000_000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn file_keys_and_typos() {
+        let c: FileConfig = toml::from_str(
+            "port = 9000\nmodels = [\"smollm2\"]\nkv_cache_memory = \"2GiB\"\nmax_body_size = 1024\napi_keys = [\"a\"]",
+        )
+        .expect("valid");
+        assert_eq!(c.port, Some(9000));
+        assert_eq!(c.kv_cache_memory, Some(Size(2 << 30)));
+        assert_eq!(c.max_body_size, Some(Size(1024)));
+        let typo = toml::from_str::<FileConfig>("max_num_seq = 4").expect_err("unknown key");
+        assert!(typo.to_string().contains("max_num_seq"), "{typo}");
+    }
+}

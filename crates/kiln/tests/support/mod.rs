@@ -1,0 +1,100 @@
+//! Shared helpers for the end-to-end tests: start the real `kiln serve` binary on the
+//! real default model, and read its metrics.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kiln_testkit::server::ServerProcess;
+
+pub const MODEL: &str = "smollm2-135m-instruct";
+
+/// Starts `kiln serve <args>` on a free loopback port and waits until it is ready.
+pub fn start(args: &[&str]) -> ServerProcess {
+    // Fetch the model up front (a no-op when cached) so the server starts at once.
+    kiln_testkit::model_dir(MODEL);
+    ServerProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_kiln")),
+        args,
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap_or_else(|e| panic!("http client: {e}"))
+}
+
+/// A client whose connections are never reused, so dropping a response closes its socket.
+pub fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap_or_else(|e| panic!("http client: {e}"))
+}
+
+/// `name{model_name="..."}` from `/metrics`.
+pub async fn metric(base: &str, name: &str) -> f64 {
+    let text = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("metrics body: {e}"));
+    let series = format!("{name}{{model_name=\"{MODEL}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{series} not in /metrics:\n{text}"))
+}
+
+/// Polls `/metrics` until no sequence runs or waits and no KV block is held; panics
+/// after `limit` with the last values.
+pub async fn wait_until_idle(base: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let running = metric(base, "kiln:num_requests_running").await;
+        let waiting = metric(base, "kiln:num_requests_waiting").await;
+        let kv = metric(base, "kiln:kv_cache_usage_perc").await;
+        if running == 0.0 && waiting == 0.0 && kv == 0.0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "engine not idle after {limit:?}: running {running}, waiting {waiting}, kv usage {kv}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Reads SSE `data:` payloads from a streaming response until `count` have arrived (or
+/// the stream ends); returns them and the stream, still open.
+pub async fn read_events<B: AsRef<[u8]>>(
+    stream: &mut (impl futures_util::Stream<Item = reqwest::Result<B>> + Unpin),
+    buf: &mut Vec<u8>,
+    count: usize,
+) -> Vec<String> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    while out.len() < count {
+        if let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
+            let ev: Vec<u8> = buf.drain(..i + 2).collect();
+            let ev = String::from_utf8_lossy(&ev);
+            out.push(ev.trim_end().trim_start_matches("data: ").to_string());
+            continue;
+        }
+        match stream.next().await {
+            Some(Ok(b)) => buf.extend_from_slice(b.as_ref()),
+            Some(Err(e)) => panic!("stream error: {e}"),
+            None => break,
+        }
+    }
+    out
+}
