@@ -94,7 +94,9 @@ pub fn paged_attention(
         let q_row = &q[row * q_width..(row + 1) * q_width];
         let q_group = &q_row[g * group * p.head_dim..(g + 1) * group * p.head_dim];
         // SAFETY: each (row, group) task owns its slice of the output row.
-        let o = unsafe { out_ptr.slice_mut(row * q_width + g * group * p.head_dim, group * p.head_dim) };
+        let o = unsafe {
+            out_ptr.slice_mut(row * q_width + g * group * p.head_dim, group * p.head_dim)
+        };
         let task = GroupTask {
             layer,
             kv_head: g,
@@ -115,7 +117,13 @@ struct GroupTask<'a> {
     q_group: &'a [f32],
 }
 
-fn attend_group(kv: &KvCache, p: &AttentionParams, t: &GroupTask<'_>, out: &mut [f32], s: &mut Scratch) {
+fn attend_group(
+    kv: &KvCache,
+    p: &AttentionParams,
+    t: &GroupTask<'_>,
+    out: &mut [f32],
+    s: &mut Scratch,
+) {
     let (hd, bs) = (p.head_dim, kv.shape.block_size);
     let group = t.q_group.len() / hd;
     let end = t.pos + 1;
@@ -173,11 +181,17 @@ fn for_each_block(
     end: usize,
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
-    for b in start / bs..end.div_ceil(bs) {
+    let first = start / bs;
+    for (b, &block) in block_table
+        .iter()
+        .enumerate()
+        .take(end.div_ceil(bs))
+        .skip(first)
+    {
         let base = b * bs;
         let lo = start.max(base) - base;
         let hi = end.min(base + bs) - base;
-        f(block_table[b] as usize, base, lo, hi);
+        f(block as usize, base, lo, hi);
     }
 }
 

@@ -6,6 +6,7 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use half::vec::HalfBitsVecExt;
 
 /// Element type of the stored K/V.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +60,10 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(shape: KvShape, dtype: KvDtype) -> Self {
+        // Zeroed allocations come straight from the OS (calloc): pages are only touched
+        // when a block is first written, so a large cache costs nothing up front.
         let make = || match dtype {
-            KvDtype::F16 => Store::F16(vec![f16::ZERO; shape.layer_elems()]),
+            KvDtype::F16 => Store::F16(vec![0u16; shape.layer_elems()].reinterpret_into()),
             KvDtype::F32 => Store::F32(vec![0.0; shape.layer_elems()]),
         };
         Self {

@@ -133,8 +133,7 @@ fn worker_loop(s: &Shared) {
                 continue;
             }
             let guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire)
-            {
+            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
                 let _unused = s
                     .wake
                     .wait_timeout(guard, Duration::from_millis(100))

@@ -69,7 +69,11 @@ impl EngineCore {
             )));
         }
         let kv_cache = model.new_kv_cache(config.num_kv_blocks, config.block_size, config.kv_dtype);
-        let kv = KvManager::new(config.num_kv_blocks, config.block_size, config.enable_prefix_caching);
+        let kv = KvManager::new(
+            config.num_kv_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+        );
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens,
@@ -78,9 +82,18 @@ impl EngineCore {
             },
             kv,
         );
-        let ws = model.new_workspace(config.max_num_batched_tokens, config.max_num_seqs, config.max_model_len);
+        let ws = model.new_workspace(
+            config.max_num_batched_tokens,
+            config.max_num_seqs,
+            config.max_model_len,
+        );
         let max_table = config.max_num_seqs * config.blocks_per_full_seq();
-        let plan = StepPlan::new(config.max_num_batched_tokens, config.max_num_seqs, max_table, ws);
+        let plan = StepPlan::new(
+            config.max_num_batched_tokens,
+            config.max_num_seqs,
+            max_table,
+            ws,
+        );
         let stats = EngineStats::new(config.num_kv_blocks);
         Ok(Self {
             model,
@@ -125,7 +138,9 @@ impl EngineCore {
     ) -> Result<()> {
         validate(&req, self.scheduler.config.max_model_len)?;
         if self.seqs_of.contains_key(&req_id) {
-            return Err(Error::Validation(format!("request id {req_id} is already live")));
+            return Err(Error::Validation(format!(
+                "request id {req_id} is already live"
+            )));
         }
         let stop = std::sync::Arc::new(req.stop);
         let base_seed = req.sampling.seed.unwrap_or_else(rand::random);
@@ -160,9 +175,13 @@ impl EngineCore {
                 num_prompt_tokens: req.prompt.len(),
                 num_computed_tokens: 0,
                 cache_key: req.cache_key.clone(),
-                blocks: self.scheduler.kv.new_seq(req.prompt.len() + stop.max_tokens),
+                blocks: self
+                    .scheduler
+                    .kv
+                    .new_seq(req.prompt.len() + stop.max_tokens),
                 num_cached_tokens: 0,
                 num_preemptions: 0,
+                prompt_leader: ids.first().copied(),
             });
             ids.push(id);
         }
@@ -173,7 +192,9 @@ impl EngineCore {
 
     /// Ends every sequence of a request (their blocks go back to the pool now).
     pub fn abort_request(&mut self, req_id: RequestId) {
-        let Some(ids) = self.seqs_of.get(&req_id).cloned() else { return };
+        let Some(ids) = self.seqs_of.get(&req_id).cloned() else {
+            return;
+        };
         for id in ids {
             self.finish(id, FinishReason::Abort);
         }
@@ -181,10 +202,11 @@ impl EngineCore {
 
     /// Ends one completion of a request (a stop string matched on the consumer side).
     pub fn abort_seq(&mut self, req_id: RequestId, index: usize) {
-        let id = self
-            .seqs_of
-            .get(&req_id)
-            .and_then(|ids| ids.iter().copied().find(|id| self.meta.get(id).is_some_and(|m| m.index == index)));
+        let id = self.seqs_of.get(&req_id).and_then(|ids| {
+            ids.iter()
+                .copied()
+                .find(|id| self.meta.get(id).is_some_and(|m| m.index == index))
+        });
         if let Some(id) = id {
             self.finish(id, FinishReason::Abort);
         }
@@ -212,7 +234,8 @@ impl EngineCore {
         }
         self.stats.preemptions(self.sched_out.preempted.len());
         let block_size = self.scheduler.kv.block_size();
-        self.plan.build(&self.sched_out, self.scheduler.running(), block_size);
+        self.plan
+            .build(&self.sched_out, self.scheduler.running(), block_size);
         let t_sched = Instant::now();
         let (batch, ws, logits_owner) = self.plan.input();
         let result = self.model.forward(&batch, &mut self.kv_cache, ws);
@@ -253,7 +276,12 @@ impl EngineCore {
         let (kv, running) = self.scheduler.kv_and_running();
         for sc in &self.sched_out.scheduled {
             let seq = &mut running[sc.running_index];
-            kv.commit(&mut seq.blocks, &seq.tokens, seq.num_computed_tokens, &seq.cache_key);
+            kv.commit(
+                &mut seq.blocks,
+                &seq.tokens,
+                seq.num_computed_tokens,
+                &seq.cache_key,
+            );
         }
         while let Some((id, reason)) = self.finished.pop() {
             self.finish(id, reason);
@@ -282,7 +310,9 @@ impl EngineCore {
     }
 
     fn finish(&mut self, id: SeqId, reason: FinishReason) {
-        let Some(m) = self.meta.remove(&id) else { return };
+        let Some(m) = self.meta.remove(&id) else {
+            return;
+        };
         let seq = self.scheduler.remove(id);
         if let Some(ids) = self.seqs_of.get_mut(&m.req_id) {
             ids.retain(|&s| s != id);
@@ -341,7 +371,9 @@ fn sample_one(
 ) {
     let max_model_len = scheduler.config.max_model_len;
     let seq = &mut scheduler.running_mut()[i];
-    let Some(m) = metas.get_mut(&seq.id) else { return };
+    let Some(m) = metas.get_mut(&seq.id) else {
+        return;
+    };
     let n_out = seq.num_output_tokens();
     banned.clear();
     if n_out < m.stop.min_tokens {
@@ -370,7 +402,9 @@ fn sample_one(
     let reason = if sent.is_err() {
         // Nobody is listening any more: the client went away.
         Some(FinishReason::Abort)
-    } else if (!m.stop.ignore_eos && eos_ids.contains(&token)) || m.stop.stop_token_ids.contains(&token) {
+    } else if (!m.stop.ignore_eos && eos_ids.contains(&token))
+        || m.stop.stop_token_ids.contains(&token)
+    {
         Some(FinishReason::Stop)
     } else if n_out >= m.stop.max_tokens || seq.tokens.len() >= max_model_len {
         Some(FinishReason::Length)

@@ -17,11 +17,10 @@ use crate::request::{EngineEvent, GenerateRequest};
 use crate::stats::EngineStats;
 use crate::{Error, Result};
 
-
 enum Command {
     Add {
         req_id: RequestId,
-        req: GenerateRequest,
+        req: Box<GenerateRequest>,
         events: UnboundedSender<EngineEvent>,
         arrived: Instant,
     },
@@ -155,7 +154,7 @@ impl EngineHandle {
         self.tx
             .send(Command::Add {
                 req_id,
-                req,
+                req: Box::new(req),
                 events,
                 arrived: Instant::now(),
             })
@@ -232,7 +231,7 @@ fn apply(core: &mut EngineCore, cmd: Command) -> bool {
         } => {
             // Checked by the handle already; a failure here means a bug, so say so loudly
             // rather than leaving the caller waiting.
-            if let Err(e) = core.add_request(req_id, req, events, arrived) {
+            if let Err(e) = core.add_request(req_id, *req, events, arrived) {
                 tracing::error!(error = %e, req_id, "request rejected by the engine");
             }
             false

@@ -25,6 +25,8 @@ pub mod stop;
 pub use config::EngineConfig;
 pub use error::{Error, Result};
 pub use handle::{spawn, EngineHandle, EngineThread, RequestEvents};
-pub use request::{EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs};
+pub use request::{
+    EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
+};
 pub use serving::{ServingModel, ServingOptions};
 pub use stats::{EngineStats, StatsSnapshot};

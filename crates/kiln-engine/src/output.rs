@@ -66,7 +66,13 @@ pub struct TextStream {
 }
 
 impl TextStream {
-    pub fn new(events: RequestEvents, tokenizer: Arc<Tokenizer>, n: usize, stop_strings: &[String], skip_special: bool) -> Self {
+    pub fn new(
+        events: RequestEvents,
+        tokenizer: Arc<Tokenizer>,
+        n: usize,
+        stop_strings: &[String],
+        skip_special: bool,
+    ) -> Self {
         let choices = (0..n.max(1))
             .map(|_| Choice {
                 decoder: IncrementalDecoder::new(tokenizer.clone(), skip_special),
@@ -117,8 +123,18 @@ impl TextStream {
 
     fn process(&mut self, ev: EngineEvent) -> Option<TextEvent> {
         match ev {
-            EngineEvent::Scheduled { index, cached_tokens } => Some(TextEvent::Started { index, cached_tokens }),
-            EngineEvent::Token { index, token, logprobs } => {
+            EngineEvent::Scheduled {
+                index,
+                cached_tokens,
+            } => Some(TextEvent::Started {
+                index,
+                cached_tokens,
+            }),
+            EngineEvent::Token {
+                index,
+                token,
+                logprobs,
+            } => {
                 let c = self.choices.get_mut(index)?;
                 if c.stopped_by.is_some() || c.done {
                     return None;
@@ -138,12 +154,19 @@ impl TextStream {
                     logprobs: logprobs.into_iter().collect(),
                 })
             }
-            EngineEvent::Finished { index, reason, timings } => {
+            EngineEvent::Finished {
+                index,
+                reason,
+                timings,
+            } => {
                 let c = self.choices.get_mut(index)?;
                 c.done = true;
                 let (reason, cause) = match (c.stopped_by, reason) {
                     (Some(i), _) => (FinishReason::Stop, StopCause::StopString(i)),
-                    (None, FinishReason::Stop) => (FinishReason::Stop, StopCause::Eos(c.last_token.unwrap_or(0))),
+                    (None, FinishReason::Stop) => (
+                        FinishReason::Stop,
+                        StopCause::Eos(c.last_token.unwrap_or(0)),
+                    ),
                     (None, FinishReason::Length) => (FinishReason::Length, StopCause::Length),
                     (None, FinishReason::Abort) => (FinishReason::Abort, StopCause::Abort),
                 };

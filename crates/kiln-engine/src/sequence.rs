@@ -22,6 +22,9 @@ pub struct Sequence {
     /// Prompt tokens found in the prefix cache at admission (for `usage`).
     pub num_cached_tokens: usize,
     pub num_preemptions: u32,
+    /// For completions 2..n of one request: the first completion, whose computed prompt
+    /// this one waits for so it can reuse the prompt's KV blocks from the prefix cache.
+    pub prompt_leader: Option<SeqId>,
 }
 
 impl Sequence {

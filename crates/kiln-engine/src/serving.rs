@@ -18,7 +18,8 @@ use crate::{EngineConfig, Error, Result};
 /// Serving limits; `None` fields get defaults from the model and the machine.
 #[derive(Debug, Clone)]
 pub struct ServingOptions {
-    /// Bytes of KV cache; default: a quarter of available memory, at most 4 GiB.
+    /// Bytes of KV cache; default: enough for `max_num_seqs` sequences of the full
+    /// context, but at most a quarter of available memory and 4 GiB.
     pub kv_cache_bytes: Option<usize>,
     pub kv_dtype: KvDtype,
     pub block_size: usize,
@@ -70,23 +71,34 @@ impl ServingModel {
     pub fn load(name: &str, path: &Path, opts: &ServingOptions) -> Result<Self> {
         let model = Model::load(path, &opts.load)?;
         let gguf = model.gguf().clone();
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(|e| Error::Config(format!("tokenizer: {e}")))?);
+        let tokenizer = Arc::new(
+            Tokenizer::from_gguf(&gguf).map_err(|e| Error::Config(format!("tokenizer: {e}")))?,
+        );
         let token_text = |id: Option<u32>| {
             id.map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
                 .unwrap_or_default()
         };
         let chat_template = match tokenizer.chat_template() {
             Some(src) => Some(
-                ChatTemplate::new(src, &token_text(tokenizer.bos_id()), &token_text(tokenizer.eos_id()))
-                    .map_err(|e| Error::Config(format!("chat template: {e}")))?,
+                ChatTemplate::new(
+                    src,
+                    &token_text(tokenizer.bos_id()),
+                    &token_text(tokenizer.eos_id()),
+                )
+                .map_err(|e| Error::Config(format!("chat template: {e}")))?,
             ),
             None => None,
         };
         let model_config = model.config().clone();
-        let block_bytes = model.kv_shape(1, opts.block_size).block_bytes(opts.kv_dtype);
-        let kv_bytes = opts
-            .kv_cache_bytes
-            .unwrap_or_else(|| available_memory().map_or(DEFAULT_KV_CAP, |m| (m / 4).min(DEFAULT_KV_CAP)));
+        let block_bytes = model
+            .kv_shape(1, opts.block_size)
+            .block_bytes(opts.kv_dtype);
+        let context = opts.max_model_len.unwrap_or(model_config.context_length);
+        let wanted = opts.max_num_seqs * context.div_ceil(opts.block_size) * block_bytes;
+        let kv_bytes = opts.kv_cache_bytes.unwrap_or_else(|| {
+            let cap = available_memory().map_or(DEFAULT_KV_CAP, |m| (m / 4).min(DEFAULT_KV_CAP));
+            wanted.min(cap)
+        });
         let num_kv_blocks = EngineConfig::blocks_for_budget(kv_bytes, block_bytes);
         let fits = num_kv_blocks * opts.block_size;
         let max_model_len = opts
@@ -129,7 +141,13 @@ impl ServingModel {
         let n = req.n.max(1);
         let stops = req.stop.stop_strings.clone();
         let events = self.handle.submit(req)?;
-        Ok(TextStream::new(events, self.tokenizer.clone(), n, &stops, skip_special))
+        Ok(TextStream::new(
+            events,
+            self.tokenizer.clone(),
+            n,
+            &stops,
+            skip_special,
+        ))
     }
 
     /// Stops admitting requests, lets running ones finish, and joins the engine thread.

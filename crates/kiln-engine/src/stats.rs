@@ -114,7 +114,13 @@ impl EngineStats {
         i.update_ns.fetch_add(update.as_nanos() as u64, Relaxed);
     }
 
-    pub(crate) fn set_gauges(&self, running: usize, waiting: usize, kv_usage: f64, prefix: PrefixCacheStats) {
+    pub(crate) fn set_gauges(
+        &self,
+        running: usize,
+        waiting: usize,
+        kv_usage: f64,
+        prefix: PrefixCacheStats,
+    ) {
         let i = &self.0;
         i.num_running.store(running as u64, Relaxed);
         i.num_waiting.store(waiting as u64, Relaxed);

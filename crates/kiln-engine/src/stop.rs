@@ -14,7 +14,12 @@ pub struct StopMatcher {
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
         let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
-        let hold = stops.iter().map(|s| s.len()).max().unwrap_or(1).saturating_sub(1);
+        let hold = stops
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1);
         Self {
             stops,
             hold,
@@ -79,7 +84,10 @@ mod tests {
 
     #[test]
     fn match_across_pieces_is_never_emitted() {
-        assert_eq!(run(&["STOP"], &["hello S", "TO", "P world"]), ("hello ".into(), Some(0)));
+        assert_eq!(
+            run(&["STOP"], &["hello S", "TO", "P world"]),
+            ("hello ".into(), Some(0))
+        );
         assert_eq!(run(&["\n\n"], &["a\n", "\nb"]), ("a".into(), Some(0)));
     }
 
@@ -91,12 +99,18 @@ mod tests {
 
     #[test]
     fn earliest_of_several_stops_wins() {
-        assert_eq!(run(&["world", "lo"], &["hello world"]), ("hel".into(), Some(1)));
+        assert_eq!(
+            run(&["world", "lo"], &["hello world"]),
+            ("hel".into(), Some(1))
+        );
     }
 
     #[test]
     fn multibyte_text_is_split_on_char_boundaries() {
         assert_eq!(run(&["ßß"], &["ääää", "ß", "x"]), ("ääääßx".into(), None));
-        assert_eq!(run(&["日本"], &["今日", "は日", "本"]), ("今日は".into(), Some(0)));
+        assert_eq!(
+            run(&["日本"], &["今日", "は日", "本"]),
+            ("今日は".into(), Some(0))
+        );
     }
 }

@@ -36,18 +36,23 @@ pub fn core(num_kv_blocks: usize) -> EngineCore {
 
 /// Varied prompts of different lengths (token ids of the real vocabulary).
 pub fn prompt(i: usize, len: usize) -> Vec<u32> {
-    (0..len).map(|j| (1000 + (i * 7919 + j * 104_729) % 40_000) as u32).collect()
+    (0..len)
+        .map(|j| (1000 + (i * 7919 + j * 104_729) % 40_000) as u32)
+        .collect()
 }
 
 /// Submits directly to a core (no thread) and returns the event receiver.
 pub fn add(core: &mut EngineCore, id: u64, req: GenerateRequest) -> UnboundedReceiver<EngineEvent> {
     let (tx, rx) = unbounded_channel();
-    core.add_request(id, req, tx, std::time::Instant::now()).expect("accepted");
+    core.add_request(id, req, tx, std::time::Instant::now())
+        .expect("accepted");
     rx
 }
 
 /// Drains a receiver: tokens per completion index, and finish reasons.
-pub fn collect(rx: &mut UnboundedReceiver<EngineEvent>) -> (Vec<Vec<u32>>, Vec<Option<kiln_engine::FinishReason>>) {
+pub fn collect(
+    rx: &mut UnboundedReceiver<EngineEvent>,
+) -> (Vec<Vec<u32>>, Vec<Option<kiln_engine::FinishReason>>) {
     let mut toks: Vec<Vec<u32>> = vec![];
     let mut fin = vec![];
     while let Ok(ev) = rx.try_recv() {

@@ -15,7 +15,11 @@ fn greedy_tokens_are_the_same_alone_and_among_31_others() {
     let mut c = core(512);
     let mut rxs = vec![];
     for i in 1..32 {
-        rxs.push(add(&mut c, i, GenerateRequest::greedy(prompt(i as usize, 5 + i as usize * 3), 20)));
+        rxs.push(add(
+            &mut c,
+            i,
+            GenerateRequest::greedy(prompt(i as usize, 5 + i as usize * 3), 20),
+        ));
     }
     // Arrives while the others are mid-flight: mixed prefill and decode rows.
     c.step();
@@ -37,17 +41,26 @@ fn prefix_cache_hit_gives_the_same_tokens_as_a_miss() {
     let hits_before = c.kv().prefix_stats().hits;
     let mut second = add(&mut c, 2, req);
     run_to_completion(&mut c);
-    assert!(c.kv().prefix_stats().hits >= hits_before + 64, "the second run hit the cache");
+    assert!(
+        c.kv().prefix_stats().hits >= hits_before + 64,
+        "the second run hit the cache"
+    );
     assert_eq!(collect(&mut first).0, collect(&mut second).0);
 }
 
 #[test]
 fn preempted_and_resumed_gives_the_same_tokens() {
-    let reqs: Vec<_> = (0..6).map(|i| GenerateRequest::greedy(prompt(10 + i, 30), 60)).collect();
+    let reqs: Vec<_> = (0..6)
+        .map(|i| GenerateRequest::greedy(prompt(10 + i, 30), 60))
+        .collect();
     let want: Vec<_> = reqs.iter().map(|r| alone(r.clone())).collect();
     // 6 × 90 tokens need 36 blocks of 16; 20 blocks force preemptions.
     let mut c = EngineCore::new(model(), config_with(20, 256), vec![2]).expect("engine");
-    let mut rxs: Vec<_> = reqs.into_iter().enumerate().map(|(i, r)| add(&mut c, i as u64, r)).collect();
+    let mut rxs: Vec<_> = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| add(&mut c, i as u64, r))
+        .collect();
     run_to_completion(&mut c);
     assert!(c.stats.snapshot().preemptions > 0, "the test must preempt");
     for (rx, want) in rxs.iter_mut().zip(want) {
@@ -95,10 +108,15 @@ fn n_completions_share_the_prompt_and_use_their_own_seeds() {
     let mut c = core(256);
     let mut rx = add(&mut c, 1, req);
     run_to_completion(&mut c);
+    // Completions 2 and 3 reused the prompt's two full blocks (32 tokens) from the first.
+    assert_eq!(c.kv().prefix_stats().hits, 64);
     let (toks, fin) = collect(&mut rx);
     assert_eq!(toks.len(), 3);
     assert!(fin.iter().all(|f| f.is_some()));
-    assert!(toks[0] != toks[1] || toks[1] != toks[2], "independent samples");
+    assert!(
+        toks[0] != toks[1] || toks[1] != toks[2],
+        "independent samples"
+    );
     assert_eq!(c.kv().num_free_blocks(), 256);
 }
 

@@ -1,6 +1,6 @@
 //! Sampler behaviour on hand-made logits.
 
-use kiln_engine::sample::{SamplingParams, Sampler, SeqSamplingState};
+use kiln_engine::sample::{Sampler, SamplingParams, SeqSamplingState};
 
 fn sample_with(logits: &[f32], p: &SamplingParams, seed: u64, banned: &[u32]) -> u32 {
     let mut st = SeqSamplingState::new(p, seed, &[]);
@@ -28,12 +28,26 @@ fn banned_and_biased_tokens() {
 
 #[test]
 fn tight_filters_reduce_to_the_argmax() {
-    let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+    let logits: Vec<f32> = (0..1000)
+        .map(|i| ((i * 7919) % 1000) as f32 / 100.0)
+        .collect();
     let best = kiln_engine::sample::argmax(&logits);
     for p in [
-        SamplingParams { top_k: 1, temperature: 2.0, ..Default::default() },
-        SamplingParams { top_p: 1e-6, temperature: 2.0, ..Default::default() },
-        SamplingParams { min_p: 1.0, temperature: 2.0, ..Default::default() },
+        SamplingParams {
+            top_k: 1,
+            temperature: 2.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            top_p: 1e-6,
+            temperature: 2.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            min_p: 1.0,
+            temperature: 2.0,
+            ..Default::default()
+        },
     ] {
         for seed in 0..20 {
             assert_eq!(sample_with(&logits, &p, seed, &[]), best, "{p:?}");
@@ -44,7 +58,11 @@ fn tight_filters_reduce_to_the_argmax() {
 #[test]
 fn seeded_streams_are_reproducible() {
     let logits: Vec<f32> = (0..500).map(|i| (i as f32 * 0.37).sin()).collect();
-    let p = SamplingParams { temperature: 1.0, seed: Some(7), ..Default::default() };
+    let p = SamplingParams {
+        temperature: 1.0,
+        seed: Some(7),
+        ..Default::default()
+    };
     let run = |seed| {
         let mut st = SeqSamplingState::new(&p, seed, &[]);
         let mut s = Sampler::new();
@@ -78,7 +96,10 @@ fn draws_follow_the_distribution() {
 fn top_p_keeps_the_smallest_sufficient_set() {
     // Probabilities 0.5, 0.3, 0.2: top_p 0.7 keeps the first two only.
     let logits: Vec<f32> = [0.5f32, 0.3, 0.2].iter().map(|p| p.ln()).collect();
-    let p = SamplingParams { top_p: 0.7, ..Default::default() };
+    let p = SamplingParams {
+        top_p: 0.7,
+        ..Default::default()
+    };
     let mut st = SeqSamplingState::new(&p, 3, &[]);
     let mut s = Sampler::new();
     for _ in 0..2000 {
@@ -90,28 +111,58 @@ fn top_p_keeps_the_smallest_sufficient_set() {
 #[test]
 fn penalties_push_repeated_tokens_down() {
     let logits = [2.0f32, 1.9, -1.0];
-    let p = SamplingParams { repetition_penalty: 1.5, ..SamplingParams::greedy() };
+    let p = SamplingParams {
+        repetition_penalty: 1.5,
+        ..SamplingParams::greedy()
+    };
     let mut st = SeqSamplingState::new(&p, 0, &[0]);
-    let got = Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]).token;
+    let got = Sampler::new()
+        .sample(&mut logits.to_vec(), &p, &mut st, &[])
+        .token;
     assert_eq!(got, 1, "2.0/1.5 < 1.9");
 
-    let p = SamplingParams { frequency_penalty: 0.1, ..SamplingParams::greedy() };
+    let p = SamplingParams {
+        frequency_penalty: 0.1,
+        ..SamplingParams::greedy()
+    };
     let mut st = SeqSamplingState::new(&p, 0, &[]);
     st.record(0);
-    assert_eq!(Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]).token, 0);
+    assert_eq!(
+        Sampler::new()
+            .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .token,
+        0
+    );
     st.record(0);
-    assert_eq!(Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]).token, 1);
+    assert_eq!(
+        Sampler::new()
+            .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .token,
+        1
+    );
 
-    let p = SamplingParams { presence_penalty: 0.2, ..SamplingParams::greedy() };
+    let p = SamplingParams {
+        presence_penalty: 0.2,
+        ..SamplingParams::greedy()
+    };
     let mut st = SeqSamplingState::new(&p, 0, &[]);
     st.record(0);
-    assert_eq!(Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]).token, 1);
+    assert_eq!(
+        Sampler::new()
+            .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .token,
+        1
+    );
 }
 
 #[test]
 fn logprobs_come_from_the_raw_distribution() {
     let logits = [1.0f32, 2.0, 3.0, 0.0];
-    let p = SamplingParams { logprobs: Some(2), logit_bias: vec![(0, 10.0)], ..SamplingParams::greedy() };
+    let p = SamplingParams {
+        logprobs: Some(2),
+        logit_bias: vec![(0, 10.0)],
+        ..SamplingParams::greedy()
+    };
     let mut st = SeqSamplingState::new(&p, 0, &[]);
     let s = Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]);
     assert_eq!(s.token, 0, "bias decides the token");

@@ -49,21 +49,23 @@ fn hundreds_of_requests_with_random_aborts() {
                         ev.abort();
                     }
                 }
-                Some(EngineEvent::Finished { reason, .. }) => {
-                    match reason {
-                        FinishReason::Abort => aborted += 1,
-                        _ => {
-                            assert!(got <= max_tokens);
-                            finished += 1;
-                        }
+                Some(EngineEvent::Finished { reason, .. }) => match reason {
+                    FinishReason::Abort => aborted += 1,
+                    _ => {
+                        assert!(got <= max_tokens);
+                        finished += 1;
                     }
-                }
+                },
                 Some(EngineEvent::Scheduled { .. }) => {}
                 None => break,
             }
         }
     }
-    assert_eq!(finished + aborted + dropped, n, "every request ended exactly once");
+    assert_eq!(
+        finished + aborted + dropped,
+        n,
+        "every request ended exactly once"
+    );
     assert!(aborted > 0 && finished > 0 && dropped > 0);
     // The engine publishes its gauges after each step and command; give it a moment.
     let settle = Instant::now() + Duration::from_secs(10);

@@ -39,7 +39,13 @@ static GLOBAL: Counting = Counting;
 fn steady_state_decode_steps_do_not_allocate() {
     let mut c = core(256);
     let mut rxs: Vec<_> = (0..8)
-        .map(|i| add(&mut c, i, GenerateRequest::greedy(prompt(i as usize, 20 + i as usize), 200)))
+        .map(|i| {
+            add(
+                &mut c,
+                i,
+                GenerateRequest::greedy(prompt(i as usize, 20 + i as usize), 200),
+            )
+        })
         .collect();
     // Warm up: prefill, first decodes, thread-local scratch growth, channel blocks.
     for _ in 0..40 {

@@ -29,7 +29,12 @@ impl BatchInput<'_> {
 
     /// Checks every index the forward pass will use, so a bad batch is an error rather
     /// than a panic or a write into another sequence's blocks.
-    pub(crate) fn validate(&self, vocab: usize, block_size: usize, num_blocks: usize) -> Result<()> {
+    pub(crate) fn validate(
+        &self,
+        vocab: usize,
+        block_size: usize,
+        num_blocks: usize,
+    ) -> Result<()> {
         let n = self.token_ids.len();
         let bad = |m: String| Err(Error::InvalidBatch(m));
         if self.positions.len() != n || self.slot_mapping.len() != n {

@@ -21,7 +21,15 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn linear(&self, w: &QMatrix, x: &[f32], rows: usize, out: &mut [f32], act: &mut Vec<u8>) {
-        matmul(self.pool, self.kt, w, &x[..rows * w.cols], rows, &mut out[..rows * w.rows], act);
+        matmul(
+            self.pool,
+            self.kt,
+            w,
+            &x[..rows * w.cols],
+            rows,
+            &mut out[..rows * w.rows],
+            act,
+        );
     }
 
     /// Runs every layer over the batch and writes logits for `batch.logits_rows`.
@@ -30,7 +38,9 @@ impl Ctx<'_> {
         let d = cfg.d_model;
         for (r, &tok) in batch.token_ids.iter().enumerate() {
             let row = &mut ws.x[r * d..(r + 1) * d];
-            self.weights.token_embd.dequantize_row(self.kt, tok as usize, row);
+            self.weights
+                .token_embd
+                .dequantize_row(self.kt, tok as usize, row);
             if let Some(s) = cfg.embed_scale {
                 row.iter_mut().for_each(|v| *v *= s);
             }
@@ -50,7 +60,13 @@ impl Ctx<'_> {
             );
         }
         let vocab = cfg.vocab_size;
-        self.linear(&self.weights.output, &ws.final_h, m, &mut ws.logits[..m * vocab], &mut ws.act);
+        self.linear(
+            &self.weights.output,
+            &ws.final_h,
+            m,
+            &mut ws.logits[..m * vocab],
+            &mut ws.act,
+        );
     }
 
     fn attention_block(
@@ -78,13 +94,25 @@ impl Ctx<'_> {
             norm_heads(&mut ws.k[..n * kvd], w, cfg.rms_eps, hd);
         }
         let local = cfg.layer_is_local[l];
-        let base = if local { cfg.rope_base_local } else { cfg.rope_base };
+        let base = if local {
+            cfg.rope_base_local
+        } else {
+            cfg.rope_base
+        };
         for r in 0..n {
             let pos = batch.positions[r];
             let q = &mut ws.q[r * qd..(r + 1) * qd];
             ops::rope_inplace(q, cfg.n_heads, hd, cfg.rope_dims, pos, base, cfg.rope_style);
             let k = &mut ws.k[r * kvd..(r + 1) * kvd];
-            ops::rope_inplace(k, cfg.n_kv_heads, hd, cfg.rope_dims, pos, base, cfg.rope_style);
+            ops::rope_inplace(
+                k,
+                cfg.n_kv_heads,
+                hd,
+                cfg.rope_dims,
+                pos,
+                base,
+                cfg.rope_style,
+            );
             kv.write(
                 l,
                 batch.slot_mapping[r] as usize,

@@ -101,7 +101,12 @@ impl Model {
     /// A workspace already sized for batches of up to `max_rows` tokens and
     /// `max_logits_rows` logits rows over sequences of at most `max_context` tokens, so
     /// steps within those limits never allocate.
-    pub fn new_workspace(&self, max_rows: usize, max_logits_rows: usize, max_context: usize) -> Workspace {
+    pub fn new_workspace(
+        &self,
+        max_rows: usize,
+        max_logits_rows: usize,
+        max_context: usize,
+    ) -> Workspace {
         let mut ws = Workspace::new();
         ws.ensure(&self.config, max_rows, max_logits_rows);
         ws.max_context = Some(max_context);
@@ -119,7 +124,11 @@ impl Model {
     ) -> Result<&'w mut [f32]> {
         let s = kv.shape;
         if (s.n_layers, s.n_kv_heads, s.head_dim)
-            != (self.config.n_layers, self.config.n_kv_heads, self.config.head_dim)
+            != (
+                self.config.n_layers,
+                self.config.n_kv_heads,
+                self.config.head_dim,
+            )
         {
             return Err(Error::InvalidBatch(
                 "KV cache was made for another model".into(),

@@ -71,10 +71,13 @@ impl Loader<'_> {
 
     /// A `rows × cols` matrix (GGUF shape `[cols, rows]`), kept in the mapping.
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
-        let info = self.file.tensor_info(name).ok_or_else(|| kiln_formats::Error::MissingTensor {
-                path: self.file.path().to_path_buf(),
-                name: name.to_string(),
-            })?;
+        let info =
+            self.file
+                .tensor_info(name)
+                .ok_or_else(|| kiln_formats::Error::MissingTensor {
+                    path: self.file.path().to_path_buf(),
+                    name: name.to_string(),
+                })?;
         if info.shape != [cols as u64, rows as u64] {
             return Err(Self::shape_err(name, &[cols, rows], &info.shape));
         }

@@ -128,9 +128,15 @@ fn check_teacher_forced(name: &str) {
         "{name}: top-1 agreement {agree}/{positions} overall, {decisive_agree}/{decisive} where \
          llama.cpp's margin ≥ {NEAR_TIE}; |logit diff| mean {mean:.4}, max {max_diff:.4}"
     );
-    assert_eq!(decisive_agree, decisive, "{name}: disagreement at a decisive position");
+    assert_eq!(
+        decisive_agree, decisive,
+        "{name}: disagreement at a decisive position"
+    );
     assert!(mean <= MEAN_LOGIT_DIFF, "{name}: mean |logit diff| {mean}");
-    assert!(max_diff <= MAX_LOGIT_DIFF, "{name}: max |logit diff| {max_diff}");
+    assert!(
+        max_diff <= MAX_LOGIT_DIFF,
+        "{name}: max |logit diff| {max_diff}"
+    );
 }
 
 #[test]

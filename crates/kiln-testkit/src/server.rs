@@ -31,7 +31,10 @@ impl ServerProcess {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kiln_server=info".into()),
             )
+            // Settings the caller's environment may carry must not leak into the test.
             .env_remove("KILN_LOG_FORMAT")
+            .env_remove("KILN_API_KEY")
+            .env_remove("KILN_MODEL")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

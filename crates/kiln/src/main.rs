@@ -3,7 +3,9 @@
 //! This file only parses arguments and dispatches; each subcommand lives in
 //! `cmd/<name>.rs` with an `Args` struct and a `run(&GlobalArgs, Args)` function.
 
+mod chat_prompt;
 mod cmd;
+mod load;
 mod logging;
 mod progress;
 
@@ -34,9 +36,13 @@ enum Command {
     /// List the catalogue and what is cached
     Models(cmd::models::Args),
     /// Benchmark OpenAI-compatible servers (serving throughput and latency)
-    Bench(cmd::bench::Args),
+    Bench(Box<cmd::bench::Args>),
     /// Serve models over an OpenAI-compatible HTTP API
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
+    /// Stream one completion to the terminal
+    Run(cmd::run::Args),
+    /// Chat interactively using the model's chat template
+    Chat(cmd::chat::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,8 +51,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(&cli.global, args),
         Command::Models(args) => cmd::models::run(&cli.global, args),
-        Command::Bench(args) => cmd::bench::run(&cli.global, args),
-        Command::Serve(args) => cmd::serve::run(&cli.global, args),
+        Command::Bench(args) => cmd::bench::run(&cli.global, *args),
+        Command::Serve(args) => cmd::serve::run(&cli.global, *args),
+        Command::Run(args) => cmd::run::run(&cli.global, args),
+        Command::Chat(args) => cmd::chat::run(&cli.global, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::*;
@@ -25,7 +25,7 @@ async fn sigterm_finishes_in_flight_requests_then_exits_zero() {
         let url = format!("{base}/v1/chat/completions");
         let started = started_tx.clone();
         tasks.push(tokio::spawn(async move {
-            let body = json!({"messages": [{"role": "user", "content": format!("Story {i}")}], "max_tokens": 40,
+            let body = json!({"messages": [{"role": "user", "content": format!("Story {i}")}], "max_tokens": 64,
                 "ignore_eos": true, "stream": true});
             let resp = fresh_client().post(url).json(&body).send().await.expect("send");
             assert_eq!(resp.status(), 200);
@@ -34,12 +34,13 @@ async fn sigterm_finishes_in_flight_requests_then_exits_zero() {
             let mut events = read_events(&mut stream, &mut buf, 2).await;
             let _ = started.send(()).await;
             events.extend(read_events(&mut stream, &mut buf, usize::MAX).await);
-            events
+            (events, Instant::now())
         }));
     }
     for _ in 0..3 {
         started_rx.recv().await.expect("a stream started");
     }
+    let sigterm_at = Instant::now();
     server.terminate().expect("SIGTERM");
 
     // New work is refused: the listener is closed, or the request gets 503.
@@ -59,7 +60,11 @@ async fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     }
 
     for t in tasks {
-        let events = t.await.expect("stream task");
+        let (events, done_at) = t.await.expect("stream task");
+        assert!(
+            done_at > sigterm_at,
+            "the stream had finished before SIGTERM; nothing was in flight"
+        );
         assert_eq!(
             events.last().map(String::as_str),
             Some("[DONE]"),

@@ -25,7 +25,10 @@ pub struct BlockPool {
 
 impl BlockPool {
     pub fn new(num_blocks: usize) -> Self {
-        assert!(num_blocks < NIL as usize, "block ids must fit below u32::MAX");
+        assert!(
+            num_blocks < NIL as usize,
+            "block ids must fit below u32::MAX"
+        );
         let n = num_blocks as u32;
         let mut pool = Self {
             ref_cnt: vec![0; num_blocks],

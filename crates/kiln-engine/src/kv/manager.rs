@@ -102,7 +102,12 @@ impl KvManager {
     /// Attaches the longest cached prefix of `tokens` to an empty `seq`; returns how many
     /// tokens it covers. At least one token is always left to compute, since the last
     /// prompt position must run to produce logits.
-    pub fn attach_cached_prefix(&mut self, seq: &mut SeqBlocks, tokens: &[u32], extra: &[u8]) -> usize {
+    pub fn attach_cached_prefix(
+        &mut self,
+        seq: &mut SeqBlocks,
+        tokens: &[u32],
+        extra: &[u8],
+    ) -> usize {
         debug_assert!(seq.ids.is_empty());
         if !self.prefix_caching || tokens.is_empty() {
             return 0;
@@ -129,7 +134,9 @@ impl KvManager {
 
     /// Number of blocks `seq` still needs to hold `total_tokens`.
     pub fn blocks_needed(&self, seq: &SeqBlocks, total_tokens: usize) -> usize {
-        total_tokens.div_ceil(self.block_size).saturating_sub(seq.ids.len())
+        total_tokens
+            .div_ceil(self.block_size)
+            .saturating_sub(seq.ids.len())
     }
 
     /// Grows `seq` to hold `total_tokens`; false (and nothing taken) if blocks run out.
@@ -140,7 +147,13 @@ impl KvManager {
 
     /// Registers the full blocks among the first `num_computed` of `tokens` in the prefix
     /// cache, so later sequences can reuse them.
-    pub fn commit(&mut self, seq: &mut SeqBlocks, tokens: &[u32], num_computed: usize, extra: &[u8]) {
+    pub fn commit(
+        &mut self,
+        seq: &mut SeqBlocks,
+        tokens: &[u32],
+        num_computed: usize,
+        extra: &[u8],
+    ) {
         if !self.prefix_caching {
             return;
         }
@@ -148,7 +161,12 @@ impl KvManager {
         if full <= seq.num_cached {
             return;
         }
-        hash_blocks(&tokens[..full * self.block_size], self.block_size, extra, &mut seq.hashes);
+        hash_blocks(
+            &tokens[..full * self.block_size],
+            self.block_size,
+            extra,
+            &mut seq.hashes,
+        );
         let mut pool = self.pool.borrow_mut();
         for i in seq.num_cached..full {
             pool.cache(seq.ids[i], seq.hashes[i]);
@@ -176,7 +194,11 @@ mod tests {
         assert_eq!(a.block_table().len(), 3);
         m.commit(&mut a, &toks, 10, b"");
         let mut b = m.new_seq(64);
-        assert_eq!(m.attach_cached_prefix(&mut b, &toks, b""), 8, "two full blocks");
+        assert_eq!(
+            m.attach_cached_prefix(&mut b, &toks, b""),
+            8,
+            "two full blocks"
+        );
         assert_eq!(b.block_table(), &a.block_table()[..2]);
         let mut c = m.new_seq(64);
         assert_eq!(m.attach_cached_prefix(&mut c, &toks, b"other-adapter"), 0);

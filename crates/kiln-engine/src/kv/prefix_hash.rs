@@ -50,7 +50,11 @@ mod tests {
         assert_ne!(a, hash_block(&ROOT, &[1, 2, 4], b""));
         assert_ne!(a, hash_block(&ROOT, &[1, 2, 3], b"adapter-x"));
         let b = hash_block(&a, &[4, 5, 6], b"");
-        assert_ne!(b, hash_block(&ROOT, &[4, 5, 6], b""), "depends on the parent");
+        assert_ne!(
+            b,
+            hash_block(&ROOT, &[4, 5, 6], b""),
+            "depends on the parent"
+        );
     }
 
     #[test]

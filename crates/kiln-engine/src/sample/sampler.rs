@@ -144,7 +144,10 @@ impl Sampler {
         let mut total = 0.0f64;
         let mut cut = keep;
         let norm: f64 = if p.top_p < 1.0 || p.min_p > 0.0 {
-            self.cand[..keep].iter().map(|c| ((c.0 - max) as f64).exp()).sum()
+            self.cand[..keep]
+                .iter()
+                .map(|c| ((c.0 - max) as f64).exp())
+                .sum()
         } else {
             1.0
         };
@@ -198,7 +201,9 @@ fn apply_penalties(logits: &mut [f32], p: &SamplingParams, s: &SeqSamplingState)
         }
     }
     for (&t, &n) in &s.output_counts {
-        let Some(l) = logits.get_mut(t as usize) else { continue };
+        let Some(l) = logits.get_mut(t as usize) else {
+            continue;
+        };
         if rep != 1.0 && s.prompt_tokens.binary_search(&t).is_err() {
             penalize(l);
         }

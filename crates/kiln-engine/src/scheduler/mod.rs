@@ -138,7 +138,14 @@ impl Scheduler {
             && budget > 0
             && self.running.len() < self.config.max_num_seqs
         {
-            let Some(mut seq) = self.waiting.pop() else { break };
+            if self.waiting.peek().is_some_and(|s| self.leader_pending(s)) {
+                // A sibling's prompt is still being computed; admitting now would
+                // recompute it instead of sharing its blocks. Keep FCFS: wait a step.
+                break;
+            }
+            let Some(mut seq) = self.waiting.pop() else {
+                break;
+            };
             if seq.blocks.block_table().is_empty() {
                 seq.num_computed_tokens = 0;
                 let (kv, toks, key) = (&mut self.kv, &seq.tokens, &seq.cache_key);
@@ -163,7 +170,11 @@ impl Scheduler {
         }
 
         // Keep running sorted (admissions may have lower priority values than the tail).
-        if self.running.windows(2).any(|w| w[0].order_key() > w[1].order_key()) {
+        if self
+            .running
+            .windows(2)
+            .any(|w| w[0].order_key() > w[1].order_key())
+        {
             let mut idx: Vec<usize> = (0..self.running.len()).collect();
             idx.sort_by_key(|&i| self.running[i].order_key());
             let mut tokens = vec![0; idx.len()];
@@ -185,10 +196,30 @@ impl Scheduler {
         out.num_batched_tokens = out.scheduled.iter().map(|s| s.num_new_tokens).sum();
     }
 
+    /// Whether `seq` should wait for its prompt leader to finish computing the prompt.
+    fn leader_pending(&self, seq: &Sequence) -> bool {
+        let Some(leader) = seq.prompt_leader else {
+            return false;
+        };
+        if self.waiting.contains(leader) {
+            return true;
+        }
+        self.running
+            .iter()
+            .find(|s| s.id == leader)
+            .is_some_and(|s| s.num_computed_tokens < s.num_prompt_tokens)
+    }
+
     /// Reserves blocks for `n` more tokens of running sequence `i`, preempting
     /// lower-priority sequences (from the back) until it fits. False if `i` itself had to
     /// be preempted.
-    fn reserve(&mut self, i: usize, n: usize, budget: &mut usize, out: &mut SchedulerOutput) -> bool {
+    fn reserve(
+        &mut self,
+        i: usize,
+        n: usize,
+        budget: &mut usize,
+        out: &mut SchedulerOutput,
+    ) -> bool {
         loop {
             let total = self.running[i].num_computed_tokens + n;
             let (kv, seq) = (&mut self.kv, &mut self.running[i]);

@@ -24,6 +24,15 @@ impl WaitQueue {
         Some(seq)
     }
 
+    /// The first sequence in (priority, arrival) order, left in the queue.
+    pub fn peek(&self) -> Option<&Sequence> {
+        self.by_order.first_key_value().map(|(_, s)| s)
+    }
+
+    pub fn contains(&self, id: SeqId) -> bool {
+        self.key_of.contains_key(&id)
+    }
+
     pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         let key = self.key_of.remove(&id)?;
         self.by_order.remove(&key)

@@ -20,13 +20,16 @@ fn add(s: &mut Scheduler, id: SeqId, prompt_len: usize, priority: i32) {
         priority,
         arrival: 0,
         // Distinct tokens per id so prefixes don't collide across tests' sequences.
-        tokens: (0..prompt_len as u32).map(|t| t + 1000 * id as u32).collect(),
+        tokens: (0..prompt_len as u32)
+            .map(|t| t + 1000 * id as u32)
+            .collect(),
         num_prompt_tokens: prompt_len,
         num_computed_tokens: 0,
         cache_key: Vec::new(),
         blocks: s.kv.new_seq(64),
         num_cached_tokens: 0,
         num_preemptions: 0,
+        prompt_leader: None,
     };
     s.add(seq);
 }
@@ -47,7 +50,10 @@ fn step(s: &mut Scheduler) -> Vec<(SeqId, usize)> {
     let mut out = SchedulerOutput::default();
     s.schedule(&mut out);
     apply(s, &out);
-    out.scheduled.iter().map(|x| (x.seq_id, x.num_new_tokens)).collect()
+    out.scheduled
+        .iter()
+        .map(|x| (x.seq_id, x.num_new_tokens))
+        .collect()
 }
 
 #[test]
@@ -166,8 +172,41 @@ fn prefix_hit_skips_cached_blocks() {
         blocks: s.kv.new_seq(64),
         num_cached_tokens: 0,
         num_preemptions: 0,
+        prompt_leader: None,
     };
     s.add(seq);
     let got = step(&mut s);
     assert!(got.contains(&(9, 2)), "{got:?}");
+}
+
+#[test]
+fn siblings_wait_for_the_leaders_prompt_and_reuse_it() {
+    let mut s = sched(64, 100, 8);
+    let prompt: Vec<u32> = (0..20).collect();
+    for (id, leader) in [(1, None), (2, Some(1)), (3, Some(1))] {
+        let seq = Sequence {
+            id,
+            priority: 0,
+            arrival: 0,
+            tokens: prompt.clone(),
+            num_prompt_tokens: 20,
+            num_computed_tokens: 0,
+            cache_key: Vec::new(),
+            blocks: s.kv.new_seq(64),
+            num_cached_tokens: 0,
+            num_preemptions: 0,
+            prompt_leader: leader,
+        };
+        s.add(seq);
+    }
+    assert_eq!(
+        step(&mut s),
+        vec![(1, 20)],
+        "siblings wait for the leader's prompt"
+    );
+    let toks = s.running[0].tokens.clone();
+    s.kv.commit(&mut s.running[0].blocks, &toks, 20, b"");
+    // Both siblings reuse the 16 cached prompt tokens (one full block) and compute 4.
+    let got = step(&mut s);
+    assert_eq!(got, vec![(1, 1), (2, 4), (3, 4)]);
 }

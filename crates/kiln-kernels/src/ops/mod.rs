@@ -13,8 +13,8 @@ mod softmax;
 mod vector;
 
 pub use activation::{
-    geglu_tanh, geglu_tanh_inplace, gelu_tanh, gelu_tanh_f16, gelu_tanh_inplace, silu, silu_inplace, swiglu,
-    swiglu_inplace,
+    geglu_tanh, geglu_tanh_inplace, gelu_tanh, gelu_tanh_f16, gelu_tanh_inplace, silu,
+    silu_inplace, swiglu, swiglu_inplace,
 };
 pub use convert::{bf16_to_f32_row, f16_to_f32_row, f32_to_bf16_row, f32_to_f16_row};
 pub use norm::{rms_norm, rms_norm_inplace};

@@ -54,7 +54,10 @@ fn chat_loop(model: &kiln_engine::ServingModel, args: &Args) -> anyhow::Result<(
     if let Some(s) = &args.system {
         history.push(chat_prompt::system(s));
     }
-    eprintln!("Chatting with {} — /reset clears the conversation, /exit (or Ctrl-D) quits.", model.name);
+    eprintln!(
+        "Chatting with {} — /reset clears the conversation, /exit (or Ctrl-D) quits.",
+        model.name
+    );
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     loop {
@@ -77,7 +80,10 @@ fn chat_loop(model: &kiln_engine::ServingModel, args: &Args) -> anyhow::Result<(
         history.push(chat_prompt::user(line));
         let prompt = chat_prompt::render(model, &history)?;
         let tokens = model.tokenizer.encode(&prompt, true, true)?;
-        let room = model.engine_config.max_model_len.saturating_sub(tokens.len());
+        let room = model
+            .engine_config
+            .max_model_len
+            .saturating_sub(tokens.len());
         if room == 0 {
             eprintln!("(the conversation no longer fits the context; /reset to start over)");
             history.pop();

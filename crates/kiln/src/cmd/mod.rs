@@ -1,8 +1,10 @@
 //! Subcommands, one module each, plus the options they share.
 
 pub mod bench;
+pub mod chat;
 pub mod models;
 pub mod pull;
+pub mod run;
 pub mod serve;
 
 use std::path::PathBuf;

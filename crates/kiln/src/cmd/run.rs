@@ -42,6 +42,10 @@ pub struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
+    /// Keep generating past end-of-sequence tokens (for benchmarks)
+    #[arg(long)]
+    ignore_eos: bool,
+
     /// Don't print the timing summary to stderr
     #[arg(long, short)]
     quiet: bool,
@@ -77,6 +81,7 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
         },
         stop: StopConditions {
             max_tokens,
+            ignore_eos: args.ignore_eos,
             ..StopConditions::default()
         },
         n: 1,
@@ -90,18 +95,23 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
     let mut out = std::io::stdout().lock();
     while let Some(ev) = stream.blocking_next() {
         match ev {
-            TextEvent::Delta { text, token_ids, .. } => {
+            TextEvent::Delta {
+                text, token_ids, ..
+            } => {
                 if first.is_none() && !token_ids.is_empty() {
                     first = Some(Instant::now());
                 }
                 out.write_all(text.as_bytes())?;
                 out.flush()?;
             }
-            TextEvent::Finished { completion_tokens, .. } => n_out = completion_tokens,
+            TextEvent::Finished {
+                completion_tokens, ..
+            } => n_out = completion_tokens,
             TextEvent::Started { .. } => {}
         }
     }
     writeln!(out)?;
+    out.flush()?;
     if !args.quiet {
         let end = Instant::now();
         let first = first.unwrap_or(end);

@@ -5,8 +5,7 @@ use std::arch::x86_64::*;
 use super::scalar::BLOCK;
 use crate::quant::block::{check_act, check_dot, f32_to_f16, sub};
 use crate::quant::simd::avx2::{
-    hmax_ps, load_256, load_ps, mul_sum_i8_i8, pack_i32_to_i8, scale_product,
-    store_256, sum_blocks,
+    hmax_ps, load_256, load_ps, mul_sum_i8_i8, pack_i32_to_i8, scale_product, store_256, sum_blocks,
 };
 use crate::types::{ActType, WeightType};
 
@@ -36,9 +35,9 @@ pub(crate) fn quantize_block(xb: &[f32; 32]) -> (f32, [__m256i; 4]) {
     let d = amax / 127.0;
     let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
     let q = v.map(|x| {
-        _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_ps(x, id),
-        ))
+        _mm256_cvtps_epi32(_mm256_round_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(_mm256_mul_ps(x, id)))
     });
     (d, q)
 }
