@@ -43,7 +43,9 @@ fn main() {
         let mut rxs = Vec::new();
         for i in 0..c {
             let (tx, rx) = unbounded_channel();
-            let prompt = (0..PROMPT).map(|j| (1000 + (i * 7919 + j * 104_729) % 40_000) as u32).collect();
+            let prompt = (0..PROMPT)
+                .map(|j| (1000 + (i * 7919 + j * 104_729) % 40_000) as u32)
+                .collect();
             let req = GenerateRequest {
                 stop: StopConditions {
                     max_tokens: NEW_TOKENS,
@@ -52,7 +54,8 @@ fn main() {
                 },
                 ..GenerateRequest::greedy(prompt, NEW_TOKENS)
             };
-            core.add_request(i as u64, req, tx, Instant::now()).expect("accepted");
+            core.add_request(i as u64, req, tx, Instant::now())
+                .expect("accepted");
             rxs.push(rx);
         }
         let start = Instant::now();
