@@ -45,18 +45,23 @@ pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
     row_bytes: usize,
+    /// Bytes of one activation row quantized for this weight's dot product.
+    act_row_bytes: usize,
     data: WeightBytes,
 }
 
 impl QMatrix {
-    /// `None` if the byte length doesn't match the shape and type.
+    /// `None` if the byte length doesn't match the shape and type, or a row can't be
+    /// quantized to the activation type the weight's dot product expects.
     pub fn new(ty: WeightType, rows: usize, cols: usize, data: WeightBytes) -> Option<Self> {
         let row_bytes = ty.row_bytes(cols)?;
+        let act_row_bytes = ty.act_type().row_bytes(cols)?;
         (data.bytes().len() == row_bytes.checked_mul(rows)?).then_some(Self {
             ty,
             rows,
             cols,
             row_bytes,
+            act_row_bytes,
             data,
         })
     }
@@ -87,10 +92,7 @@ pub fn matmul(
     assert_eq!(x.len(), n_tokens * w.cols, "matmul input shape");
     assert_eq!(out.len(), n_tokens * w.rows, "matmul output shape");
     let tk = kt.weight(w.ty);
-    let act_row = tk
-        .act
-        .row_bytes(w.cols)
-        .expect("weight row length is a multiple of its activation block");
+    let act_row = w.act_row_bytes;
     let quantize = kt.quantize(tk.act);
     if act_scratch.len() < act_row * n_tokens {
         act_scratch.resize(act_row * n_tokens, 0);
