@@ -18,6 +18,31 @@ pub async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(format!("tokenizer task failed: {e}")))?
 }
 
+/// What a request gives as input, when it may send a raw `prompt` or chat `messages`.
+pub enum PromptInput {
+    Text(String),
+    Messages(Vec<ChatMessage>),
+}
+
+/// Exactly one of `prompt` and `messages`; both or neither is a 400 on `prompt`.
+pub fn prompt_or_messages(
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+) -> Result<PromptInput, ApiError> {
+    match (prompt, messages) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "prompt",
+            "send either `prompt` or `messages`, not both",
+        )),
+        (None, None) => Err(ApiError::invalid(
+            "prompt",
+            "`prompt` or `messages` is required",
+        )),
+        (Some(p), None) => Ok(PromptInput::Text(p)),
+        (None, Some(m)) => Ok(PromptInput::Messages(m)),
+    }
+}
+
 /// Checks the messages and converts them to the template's type. Only text content can
 /// be served; other parts are a 400 naming the part.
 pub fn to_template_messages(

@@ -316,3 +316,33 @@ async fn draining_server_answers_503_but_stays_alive() {
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(ready.json()["status"], "shutting_down");
 }
+
+#[tokio::test]
+async fn prompt_and_messages_are_exclusive_and_one_is_required() {
+    let s = state();
+    for path in ["/tokenize", "/ai/run/smollm2-135m-instruct"] {
+        let both = r#"{"prompt": "hi", "messages": [{"role": "user", "content": "hi"}]}"#;
+        let e = assert_error(
+            &post(&s, path, both).await,
+            StatusCode::BAD_REQUEST,
+            Some("prompt"),
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not both")),
+            "{path}: {e}"
+        );
+        let e = assert_error(
+            &post(&s, path, "{}").await,
+            StatusCode::BAD_REQUEST,
+            Some("prompt"),
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("required")),
+            "{path}: {e}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use kiln_api::tokenize::{
 
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::prompt::{self, blocking};
+use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
 
 pub async fn tokenize(
@@ -17,21 +17,9 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let slot = state.resolve(req.model.as_deref())?;
     let model = slot.serving()?;
-    let input = match (req.prompt, req.messages) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "send either `prompt` or `messages`, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "`prompt` or `messages` is required",
-            ))
-        }
-        (Some(p), None) => Err(p),
-        (None, Some(m)) => Ok(prompt::to_template_messages(&m, "messages")?),
+    let input = match prompt::prompt_or_messages(req.prompt, req.messages)? {
+        PromptInput::Text(p) => Err(p),
+        PromptInput::Messages(m) => Ok(prompt::to_template_messages(&m, "messages")?),
     };
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let add_special = req.add_special_tokens;

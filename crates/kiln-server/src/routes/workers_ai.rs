@@ -15,7 +15,7 @@ use super::admit;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
-use crate::prompt::{self, blocking};
+use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::validate::{Sampling, SamplingFields};
@@ -30,22 +30,10 @@ pub async fn run(
 ) -> Result<Response, ApiError> {
     let slot = state.resolve(Some(&model_name))?;
     let model = slot.serving()?;
-    let messages = match (req.prompt, req.messages) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "send either `prompt` or `messages`, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "`prompt` or `messages` is required",
-            ))
-        }
-        (Some(p), None) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
-        (Some(p), None) => Ok(vec![ChatMessage::text(Role::User, p)]),
-        (None, Some(m)) => Ok(m),
+    let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
+        PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
+        PromptInput::Text(p) => Ok(vec![ChatMessage::text(Role::User, p)]),
+        PromptInput::Messages(m) => Ok(m),
     };
     let param = if messages.is_ok() {
         "messages"
