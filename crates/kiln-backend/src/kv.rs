@@ -13,14 +13,37 @@ use half::vec::HalfBitsVecExt;
 pub enum KvDtype {
     F16,
     F32,
+    /// 8-bit quants in blocks of 32 with an f16 scale (llama.cpp's `q8_0` cache type):
+    /// about half the memory of f16. Needs a head size that is a multiple of 32.
+    Q8_0,
 }
 
+/// Elements per scale of the q8_0 cache.
+const Q8_BLOCK: usize = 32;
+
 impl KvDtype {
-    pub fn bytes(self) -> usize {
+    /// Bytes `n` stored elements take (`n` a multiple of 32 for q8_0).
+    pub fn bytes_for(self, n: usize) -> usize {
         match self {
-            KvDtype::F16 => 2,
-            KvDtype::F32 => 4,
+            KvDtype::F16 => 2 * n,
+            KvDtype::F32 => 4 * n,
+            KvDtype::Q8_0 => n / Q8_BLOCK * (Q8_BLOCK + 2),
         }
+    }
+
+    /// Parses `f16`, `f32` or `q8_0`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "f16" => Some(KvDtype::F16),
+            "f32" => Some(KvDtype::F32),
+            "q8_0" => Some(KvDtype::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Whether heads of `head_dim` elements can be stored in this type.
+    pub fn supports_head_dim(self, head_dim: usize) -> bool {
+        self != KvDtype::Q8_0 || head_dim.is_multiple_of(Q8_BLOCK)
     }
 }
 
@@ -37,7 +60,7 @@ pub struct KvShape {
 impl KvShape {
     /// Bytes one block takes across all layers, K and V.
     pub fn block_bytes(&self, dtype: KvDtype) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.block_size * self.head_dim * dtype.bytes()
+        2 * self.n_layers * dtype.bytes_for(self.n_kv_heads * self.block_size * self.head_dim)
     }
 
     fn layer_elems(&self) -> usize {
@@ -48,6 +71,8 @@ impl KvShape {
 enum Store {
     F16(Vec<f16>),
     F32(Vec<f32>),
+    /// Quants, and one scale per 32 consecutive elements.
+    Q8_0(Vec<i8>, Vec<f16>),
 }
 
 /// K and V storage for every layer.
@@ -59,12 +84,23 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// # Panics
+    /// If `dtype` can't store heads of `shape.head_dim` (see
+    /// [`KvDtype::supports_head_dim`]); callers check it when configuring.
     pub fn new(shape: KvShape, dtype: KvDtype) -> Self {
+        assert!(
+            dtype.supports_head_dim(shape.head_dim),
+            "{dtype:?} KV cache needs a head size that is a multiple of 32"
+        );
         // Zeroed allocations come straight from the OS (calloc): pages are only touched
         // when a block is first written, so a large cache costs nothing up front.
         let make = || match dtype {
             KvDtype::F16 => Store::F16(vec![0u16; shape.layer_elems()].reinterpret_into()),
             KvDtype::F32 => Store::F32(vec![0.0; shape.layer_elems()]),
+            KvDtype::Q8_0 => Store::Q8_0(
+                vec![0i8; shape.layer_elems()],
+                vec![0u16; shape.layer_elems() / Q8_BLOCK].reinterpret_into(),
+            ),
         };
         Self {
             shape,
@@ -92,6 +128,11 @@ impl KvCache {
                 match store {
                     Store::F16(d) => d[o..o + hd].convert_from_f32_slice(src),
                     Store::F32(d) => d[o..o + hd].copy_from_slice(src),
+                    Store::Q8_0(q, d) => quantize_q8(
+                        src,
+                        &mut q[o..o + hd],
+                        &mut d[o / Q8_BLOCK..(o + hd) / Q8_BLOCK],
+                    ),
                 }
             }
         }
@@ -116,6 +157,95 @@ impl KvCache {
         match store {
             Store::F16(s) => s[o..o + len].convert_to_f32_slice(&mut out[..len]),
             Store::F32(s) => out[..len].copy_from_slice(&s[o..o + len]),
+            Store::Q8_0(q, d) => {
+                let scales = &d[o / Q8_BLOCK..(o + len) / Q8_BLOCK];
+                for ((out, q), d) in out[..len]
+                    .chunks_exact_mut(Q8_BLOCK)
+                    .zip(q[o..o + len].chunks_exact(Q8_BLOCK))
+                    .zip(scales)
+                {
+                    let d = d.to_f32();
+                    for (o, &q) in out.iter_mut().zip(q) {
+                        *o = f32::from(q) * d;
+                    }
+                }
+            }
         }
+    }
+}
+
+/// q8_0 as llama.cpp quantizes its cache: d = amax/127 (stored f16), q = round(x·127/amax)
+/// with ties to even.
+fn quantize_q8(src: &[f32], q: &mut [i8], d: &mut [f16]) {
+    for ((x, q), d) in src
+        .chunks_exact(Q8_BLOCK)
+        .zip(q.chunks_exact_mut(Q8_BLOCK))
+        .zip(d.iter_mut())
+    {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        *d = f16::from_f32(amax / 127.0);
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> KvShape {
+        KvShape {
+            n_layers: 2,
+            n_kv_heads: 2,
+            head_dim: 64,
+            block_size: 4,
+            num_blocks: 3,
+        }
+    }
+
+    #[test]
+    fn every_dtype_roundtrips_within_its_precision() {
+        let s = shape();
+        let k: Vec<f32> = (0..128)
+            .map(|i| ((i * 37) % 101) as f32 / 10.0 - 5.0)
+            .collect();
+        let v: Vec<f32> = k.iter().map(|x| -x * 0.5).collect();
+        for (dtype, tol) in [
+            (KvDtype::F32, 0.0),
+            (KvDtype::F16, 5e-3),
+            (KvDtype::Q8_0, 2.5e-2),
+        ] {
+            let mut kv = KvCache::new(s, dtype);
+            // Slot 6 = block 1, offset 2.
+            kv.write(1, 6, &k, &v);
+            let mut out = vec![0f32; 3 * 64];
+            for head in 0..2 {
+                kv.read_k(1, 1, head, 3, &mut out);
+                for (a, b) in out[2 * 64..3 * 64]
+                    .iter()
+                    .zip(&k[head * 64..(head + 1) * 64])
+                {
+                    assert!((a - b).abs() <= tol, "{dtype:?} k: {a} vs {b}");
+                }
+                kv.read_v(1, 1, head, 3, &mut out);
+                for (a, b) in out[2 * 64..3 * 64]
+                    .iter()
+                    .zip(&v[head * 64..(head + 1) * 64])
+                {
+                    assert!((a - b).abs() <= tol, "{dtype:?} v: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q8_0_takes_about_half_of_f16() {
+        let s = shape();
+        assert_eq!(s.block_bytes(KvDtype::F16), 2 * 2 * 2 * 4 * 64 * 2);
+        assert_eq!(s.block_bytes(KvDtype::Q8_0), 2 * 2 * (2 * 4 * 64) / 32 * 34);
+        assert!(!KvDtype::Q8_0.supports_head_dim(48));
+        assert_eq!(KvDtype::from_name("q8_0"), Some(KvDtype::Q8_0));
     }
 }

@@ -68,6 +68,13 @@ impl EngineCore {
                 config.block_size
             )));
         }
+        if !config.kv_dtype.supports_head_dim(model.config().head_dim) {
+            return Err(Error::Config(format!(
+                "a {:?} KV cache needs a head size that is a multiple of 32; this model's is {}",
+                config.kv_dtype,
+                model.config().head_dim
+            )));
+        }
         let kv_cache = model.new_kv_cache(config.num_kv_blocks, config.block_size, config.kv_dtype);
         let kv = KvManager::new(
             config.num_kv_blocks,

@@ -1,5 +1,8 @@
 //! Test helpers: run one or more sequences through the model with simple block tables.
 
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
 use kiln_backend::{KvCache, KvDtype};
 use kiln_model::{BatchInput, LoadOptions, Model, SeqSpan, Workspace};
 

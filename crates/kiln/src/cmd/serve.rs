@@ -63,6 +63,11 @@ pub struct Args {
     #[arg(long, value_name = "SIZE")]
     kv_cache_memory: Option<Size>,
 
+    /// Element type of the KV cache: f16, f32 or q8_0 (about half of f16's memory)
+    /// [default: f16]
+    #[arg(long, value_name = "TYPE")]
+    kv_cache_dtype: Option<String>,
+
     /// Most sequences running at once per model [default: 64]
     #[arg(long)]
     max_num_seqs: Option<usize>,
@@ -166,6 +171,10 @@ fn settings(
     if let Some(kv) = args.kv_cache_memory.or(file.kv_cache_memory) {
         engine.kv_cache_bytes =
             Some(usize::try_from(kv.0).context("--kv-cache-memory is too large")?);
+    }
+    if let Some(name) = args.kv_cache_dtype.or(file.kv_cache_dtype) {
+        engine.kv_dtype = kiln_backend::KvDtype::from_name(&name)
+            .with_context(|| format!("--kv-cache-dtype {name:?} is not one of f16, f32, q8_0"))?;
     }
     if let Some(n) = args.max_num_seqs.or(file.max_num_seqs) {
         anyhow::ensure!(n >= 1, "--max-num-seqs must be at least 1");

@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub models: Option<Vec<String>>,
     pub api_keys: Option<Vec<String>>,
     pub kv_cache_memory: Option<Size>,
+    /// `f16`, `f32` or `q8_0`.
+    pub kv_cache_dtype: Option<String>,
     pub max_num_seqs: Option<usize>,
     pub max_num_batched_tokens: Option<usize>,
     pub max_model_len: Option<usize>,
