@@ -12,6 +12,8 @@
 
 use std::cell::RefCell;
 
+use kiln_kernels::ops;
+
 use crate::kv::KvCache;
 use crate::pool::ThreadPool;
 use crate::sync_ptr::SyncPtr;
@@ -146,13 +148,13 @@ fn attend_group(
             let k = &kbuf[j * hd..(j + 1) * hd];
             let c = base + j - start;
             for h in 0..group {
-                scores[h * n_ctx + c] = p.scale * dot(&q[h * hd..(h + 1) * hd], k);
+                scores[h * n_ctx + c] = p.scale * ops::dot_f32(&q[h * hd..(h + 1) * hd], k);
             }
         }
     });
     for h in 0..group {
         let row = &mut scores[h * n_ctx..(h + 1) * n_ctx];
-        softmax(row);
+        softmax_f32(row);
         row.iter_mut().for_each(|w| *w = round_f16(*w));
     }
     // Pass 2: probability-weighted sum of values.
@@ -200,22 +202,10 @@ fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight independent accumulators let the compiler vectorise the reduction.
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
-}
-
-fn softmax(x: &mut [f32]) {
+/// Softmax with an f32 running sum. Deliberately not `ops::softmax_inplace` (which sums in
+/// f64): the llama.cpp agreement tests were measured with this arithmetic, and with the
+/// f64 sum one decisive position each for Qwen2 and Gemma 3 flips.
+fn softmax_f32(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     for v in x.iter_mut() {

@@ -88,10 +88,10 @@ impl Ctx<'_> {
         add_bias(&mut ws.k[..n * kvd], lw.bk.as_deref());
         add_bias(&mut ws.v[..n * kvd], lw.bv.as_deref());
         if let Some(w) = &lw.q_norm {
-            norm_heads(&mut ws.q[..n * qd], w, cfg.rms_eps, hd);
+            norm_rows_inplace(&mut ws.q[..n * qd], w, cfg.rms_eps, hd);
         }
         if let Some(w) = &lw.k_norm {
-            norm_heads(&mut ws.k[..n * kvd], w, cfg.rms_eps, hd);
+            norm_rows_inplace(&mut ws.k[..n * kvd], w, cfg.rms_eps, hd);
         }
         let local = cfg.layer_is_local[l];
         let base = if local {
@@ -143,7 +143,7 @@ impl Ctx<'_> {
         if let Some(w) = &lw.post_attn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
-        add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+        ops::add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
     }
 
     fn ffn_block(&self, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
@@ -161,7 +161,7 @@ impl Ctx<'_> {
         if let Some(w) = &lw.post_ffn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
-        add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+        ops::add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
     }
 }
 
@@ -178,20 +178,10 @@ fn norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
     }
 }
 
-fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
-    norm_rows_inplace(x, w, eps, head_dim);
-}
-
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {
         for row in x.chunks_exact_mut(b.len()) {
-            add_inplace(row, b);
+            ops::add_inplace(row, b);
         }
-    }
-}
-
-fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
     }
 }
