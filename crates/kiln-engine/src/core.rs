@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::EngineConfig;
 use crate::kv::KvManager;
-use crate::plan::StepPlan;
+use crate::plan::{StepPlan, SAMPLE_ROW};
 use crate::request::{
     EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
 };
@@ -21,6 +21,11 @@ use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 use crate::sequence::{SeqId, Sequence};
 use crate::stats::EngineStats;
 use crate::{Error, Result};
+
+/// Prompt rows per step that may be scored for prompt log-probabilities. Their logits
+/// are a vocabulary-sized row each, so this bounds the logits buffer (a long prompt that
+/// wants them is prefilled this many rows a step).
+const PROMPT_LOGPROB_ROWS: usize = 32;
 
 /// Caller-chosen request id (unique among live requests).
 pub type RequestId = u64;
@@ -86,12 +91,14 @@ impl EngineCore {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
                 max_model_len: config.max_model_len,
+                max_prompt_logprob_rows: PROMPT_LOGPROB_ROWS,
             },
             kv,
         );
+        let max_logits = config.max_num_seqs + PROMPT_LOGPROB_ROWS;
         let ws = model.new_workspace(
             config.max_num_batched_tokens,
-            config.max_num_seqs,
+            max_logits,
             config.max_model_len,
         );
         let max_table = config.max_num_seqs * config.blocks_per_full_seq();
@@ -99,6 +106,7 @@ impl EngineCore {
             config.max_num_batched_tokens,
             config.max_num_seqs,
             max_table,
+            max_logits,
             ws,
         );
         let stats = EngineStats::new(config.num_kv_blocks);
@@ -189,6 +197,9 @@ impl EngineCore {
                 num_cached_tokens: 0,
                 num_preemptions: 0,
                 prompt_leader: ids.first().copied(),
+                // Completions share the prompt: the first one reports its logprobs.
+                prompt_logprobs: req.sampling.prompt_logprobs.filter(|_| index == 0),
+                prompt_logprob_next: 1,
             });
             ids.push(id);
         }
@@ -244,16 +255,29 @@ impl EngineCore {
         self.plan
             .build(&self.sched_out, self.scheduler.running(), block_size);
         let t_sched = Instant::now();
-        let (batch, ws, logits_owner) = self.plan.input();
+        let (batch, ws, logits_owner, logits_target) = self.plan.input();
         let result = self.model.forward(&batch, &mut self.kv_cache, ws);
         let t_model = Instant::now();
         let vocab = self.model.config().vocab_size;
+        let mut n_sampled = 0;
         match result {
             Ok(logits) => {
-                // Sample for every sequence that caught up with its tokens.
-                for (row, &k) in logits_owner.iter().enumerate() {
+                // Score prompt rows; sample for every sequence that caught up.
+                for (row, (&k, &target)) in logits_owner.iter().zip(logits_target).enumerate() {
                     let sc = self.sched_out.scheduled[k];
                     let logits_row = &mut logits[row * vocab..(row + 1) * vocab];
+                    if target != SAMPLE_ROW {
+                        score_prompt_row(
+                            &mut self.scheduler,
+                            &self.meta,
+                            &mut self.sampler,
+                            sc.running_index,
+                            target as usize,
+                            logits_row,
+                        );
+                        continue;
+                    }
+                    n_sampled += 1;
                     sample_one(
                         &mut self.scheduler,
                         &mut self.meta,
@@ -294,7 +318,6 @@ impl EngineCore {
             self.finish(id, reason);
         }
         let t_end = Instant::now();
-        let n_sampled = self.plan.logits_owner.len();
         self.stats.step(
             self.sched_out.num_batched_tokens,
             n_sampled,
@@ -361,6 +384,35 @@ pub fn validate(req: &GenerateRequest, max_model_len: usize) -> Result<()> {
 
 fn tracing_error(e: &kiln_model::Error) {
     tracing::error!(error = %e, "step failed; ending the sequences in it");
+}
+
+/// Reports the log-probability of prompt token `target` of running sequence `i` (and its
+/// most likely alternatives) from the logits of the row before it.
+fn score_prompt_row(
+    scheduler: &mut Scheduler,
+    metas: &HashMap<SeqId, SeqMeta>,
+    sampler: &mut Sampler,
+    i: usize,
+    target: usize,
+    logits: &[f32],
+) {
+    let seq = &mut scheduler.running_mut()[i];
+    let (Some(m), Some(&token), Some(top)) = (
+        metas.get(&seq.id),
+        seq.tokens.get(target),
+        seq.prompt_logprobs,
+    ) else {
+        return;
+    };
+    let logprobs = sampler.logprobs_of(logits, token, top);
+    seq.prompt_logprob_next = target + 1;
+    // A consumer that went away is noticed when the first token is sent.
+    let _ = m.events.send(EngineEvent::PromptLogprob {
+        index: m.index,
+        position: target,
+        token,
+        logprobs,
+    });
 }
 
 /// Samples the next token of running sequence `i`, appends it, emits it, and records

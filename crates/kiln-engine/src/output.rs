@@ -28,6 +28,14 @@ pub enum StopCause {
 pub enum TextEvent {
     /// The prompt of completion `index` was admitted; `cached_tokens` were reused.
     Started { index: usize, cached_tokens: usize },
+    /// The log-probability of prompt token `position` (from 1) under the model; only for
+    /// requests that ask for prompt log-probabilities, before the first `Delta`.
+    PromptLogprob {
+        index: usize,
+        position: usize,
+        token: u32,
+        logprobs: TokenLogprobs,
+    },
     /// New text for completion `index` (may be empty while a character or a possible
     /// stop string is incomplete) and the tokens it came from.
     Delta {
@@ -129,6 +137,17 @@ impl TextStream {
             } => Some(TextEvent::Started {
                 index,
                 cached_tokens,
+            }),
+            EngineEvent::PromptLogprob {
+                index,
+                position,
+                token,
+                logprobs,
+            } => Some(TextEvent::PromptLogprob {
+                index,
+                position,
+                token,
+                logprobs,
             }),
             EngineEvent::Token {
                 index,

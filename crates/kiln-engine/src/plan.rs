@@ -9,6 +9,9 @@
 use kiln_model::{BatchInput, SeqSpan, Workspace};
 
 use crate::scheduler::SchedulerOutput;
+
+/// `logits_target` of a row that is sampled rather than scored.
+pub const SAMPLE_ROW: u32 = u32::MAX;
 use crate::sequence::Sequence;
 
 pub struct StepPlan {
@@ -20,19 +23,31 @@ pub struct StepPlan {
     pub logits_rows: Vec<u32>,
     /// For each logits row, the index into `SchedulerOutput::scheduled`.
     pub logits_owner: Vec<usize>,
+    /// For each logits row, the prompt position whose log-probability it gives, or
+    /// [`SAMPLE_ROW`] for a row the sequence samples its next token from.
+    pub logits_target: Vec<u32>,
     pub workspace: Workspace,
 }
 
 impl StepPlan {
-    pub fn new(max_rows: usize, max_seqs: usize, max_blocks: usize, workspace: Workspace) -> Self {
+    /// Buffers for steps of up to `max_rows` tokens, `max_seqs` sequences, `max_blocks`
+    /// block-table entries and `max_logits` logits rows.
+    pub fn new(
+        max_rows: usize,
+        max_seqs: usize,
+        max_blocks: usize,
+        max_logits: usize,
+        workspace: Workspace,
+    ) -> Self {
         Self {
             token_ids: Vec::with_capacity(max_rows),
             positions: Vec::with_capacity(max_rows),
             slot_mapping: Vec::with_capacity(max_rows),
             seqs: Vec::with_capacity(max_seqs),
             block_tables: Vec::with_capacity(max_blocks),
-            logits_rows: Vec::with_capacity(max_seqs),
-            logits_owner: Vec::with_capacity(max_seqs),
+            logits_rows: Vec::with_capacity(max_logits),
+            logits_owner: Vec::with_capacity(max_logits),
+            logits_target: Vec::with_capacity(max_logits),
             workspace,
         }
     }
@@ -46,16 +61,28 @@ impl StepPlan {
         self.block_tables.clear();
         self.logits_rows.clear();
         self.logits_owner.clear();
+        self.logits_target.clear();
         for (k, sc) in out.scheduled.iter().enumerate() {
             let seq = &running[sc.running_index];
             let table = seq.blocks.block_table();
             let start_row = self.token_ids.len();
             let first = seq.num_computed_tokens;
+            let scores_prompt = seq.wants_prompt_logprobs();
             for pos in first..first + sc.num_new_tokens {
                 self.token_ids.push(seq.tokens[pos]);
                 self.positions.push(pos as u32);
                 let slot = table[pos / block_size] as usize * block_size + pos % block_size;
                 self.slot_mapping.push(slot as u32);
+                // Row `pos` predicts prompt token `pos + 1`.
+                let target = pos + 1;
+                if scores_prompt
+                    && target >= seq.prompt_logprob_next
+                    && target < seq.num_prompt_tokens
+                {
+                    self.logits_rows.push((self.token_ids.len() - 1) as u32);
+                    self.logits_owner.push(k);
+                    self.logits_target.push(target as u32);
+                }
             }
             self.seqs.push(SeqSpan {
                 start: start_row,
@@ -68,13 +95,14 @@ impl StepPlan {
             if first + sc.num_new_tokens == seq.tokens.len() {
                 self.logits_rows.push((self.token_ids.len() - 1) as u32);
                 self.logits_owner.push(k);
+                self.logits_target.push(SAMPLE_ROW);
             }
         }
     }
 
     /// The model input for the built batch, the workspace to run it in, and for each
-    /// logits row the index of its sequence in the scheduler output.
-    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace, &[usize]) {
+    /// logits row the index of its sequence in the scheduler output and its target.
+    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace, &[usize], &[u32]) {
         (
             BatchInput {
                 token_ids: &self.token_ids,
@@ -86,6 +114,7 @@ impl StepPlan {
             },
             &mut self.workspace,
             &self.logits_owner,
+            &self.logits_target,
         )
     }
 }

@@ -95,6 +95,14 @@ pub struct TokenLogprobs {
 pub enum EngineEvent {
     /// The sequence's prompt was admitted; `cached_tokens` came from the prefix cache.
     Scheduled { index: usize, cached_tokens: usize },
+    /// The log-probability of prompt token `position` (from 1), in position order and
+    /// before completion `index`'s first token; only the first completion reports them.
+    PromptLogprob {
+        index: usize,
+        position: usize,
+        token: u32,
+        logprobs: TokenLogprobs,
+    },
     /// A new token of completion `index`.
     Token {
         index: usize,

@@ -25,6 +25,11 @@ pub struct Sequence {
     /// For completions 2..n of one request: the first completion, whose computed prompt
     /// this one waits for so it can reuse the prompt's KV blocks from the prefix cache.
     pub prompt_leader: Option<SeqId>,
+    /// Alternatives to report with each prompt token's log-probability, if asked.
+    pub prompt_logprobs: Option<usize>,
+    /// Next prompt position whose log-probability is still to be reported (from 1: the
+    /// first token has no context). Survives preemption so nothing is reported twice.
+    pub prompt_logprob_next: usize,
 }
 
 impl Sequence {
@@ -39,6 +44,13 @@ impl Sequence {
 
     pub fn is_decoding(&self) -> bool {
         self.num_pending() == 1 && self.num_computed_tokens > 0
+    }
+
+    /// Whether some prompt log-probabilities are still to be computed. Such a sequence
+    /// skips the prefix cache (cached positions would have no logits) and its prefill
+    /// chunks are bounded by the step's prompt-logits rows.
+    pub fn wants_prompt_logprobs(&self) -> bool {
+        self.prompt_logprobs.is_some() && self.prompt_logprob_next < self.num_prompt_tokens
     }
 
     pub(crate) fn order_key(&self) -> (i32, u64) {

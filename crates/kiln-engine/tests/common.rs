@@ -69,7 +69,7 @@ pub fn collect(
                 }
                 fin[index] = Some(reason);
             }
-            EngineEvent::Scheduled { .. } => {}
+            EngineEvent::Scheduled { .. } | EngineEvent::PromptLogprob { .. } => {}
         }
     }
     (toks, fin)

@@ -56,7 +56,7 @@ fn hundreds_of_requests_with_random_aborts() {
                         finished += 1;
                     }
                 },
-                Some(EngineEvent::Scheduled { .. }) => {}
+                Some(EngineEvent::Scheduled { .. } | EngineEvent::PromptLogprob { .. }) => {}
                 None => break,
             }
         }

@@ -77,6 +77,7 @@ impl Generation {
         let (p, event) = self.events.next().await?;
         let index = match &event {
             TextEvent::Started { index, .. }
+            | TextEvent::PromptLogprob { index, .. }
             | TextEvent::Delta { index, .. }
             | TextEvent::Finished { index, .. } => *index,
         };
@@ -107,7 +108,7 @@ impl Generation {
                 }
                 state.last_token_at = Some(now);
             }
-            TextEvent::Delta { .. } => {}
+            TextEvent::Delta { .. } | TextEvent::PromptLogprob { .. } => {}
             TextEvent::Finished {
                 reason,
                 completion_tokens,
@@ -180,6 +181,8 @@ pub struct Collected {
     pub text: String,
     pub token_ids: Vec<u32>,
     pub logprobs: Vec<kiln_engine::TokenLogprobs>,
+    /// Log-probabilities of prompt tokens 1.. (first completion of a prompt only).
+    pub prompt_logprobs: Vec<kiln_engine::TokenLogprobs>,
     /// Character offset in `text` at which each token's text starts.
     pub text_offsets: Vec<usize>,
     /// `text.chars().count()`, kept as text arrives.
@@ -197,6 +200,7 @@ pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, Usage), Api
         };
         match event {
             TextEvent::Started { .. } => {}
+            TextEvent::PromptLogprob { logprobs, .. } => c.prompt_logprobs.push(logprobs),
             TextEvent::Delta {
                 text,
                 token_ids,

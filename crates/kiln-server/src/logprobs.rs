@@ -5,7 +5,7 @@
 use kiln_api::chat::{ChatLogprobs, ChatTokenLogprob, TopLogprob};
 use kiln_api::completions::{CompletionLogprobs, TopLogprobMap};
 use kiln_engine::TokenLogprobs;
-use kiln_tokenizer::Tokenizer;
+use kiln_tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// A token's text (lossy when it holds part of a UTF-8 character) and exact bytes.
 fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
@@ -57,14 +57,52 @@ pub fn legacy(
     for (i, (&id, lp)) in ids.iter().zip(lps).enumerate() {
         out.tokens.push(token_text(tok, id).0);
         out.token_logprobs.push(Some(lp.logprob));
-        out.top_logprobs.push(Some(TopLogprobMap(
-            lp.top
-                .iter()
-                .map(|&(t, l)| (token_text(tok, t).0, l))
-                .collect(),
-        )));
+        out.top_logprobs.push(Some(top_map(tok, lp)));
         out.text_offset
             .push(base + offsets.get(i).copied().unwrap_or(0));
     }
     out
+}
+
+/// Legacy entries for an echoed prompt: `ids` are its tokens, `lps[i]` the logprobs of
+/// token `i + 1` (the first token has no context, so its entries are null), `first` the
+/// first position to include. Offsets are each token's character offset in the prompt's
+/// decoded text.
+pub fn legacy_prompt(
+    tok: &Tokenizer,
+    ids: &[u32],
+    lps: &[TokenLogprobs],
+    first: usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    let mut decoder = IncrementalDecoder::new(tok, false);
+    let mut offset = 0;
+    for (pos, &id) in ids.iter().enumerate().take(lps.len() + 1) {
+        if pos >= first {
+            let lp = pos.checked_sub(1).and_then(|i| lps.get(i));
+            out.tokens.push(token_text(tok, id).0);
+            out.token_logprobs.push(lp.map(|lp| lp.logprob));
+            out.top_logprobs.push(lp.map(|lp| top_map(tok, lp)));
+            out.text_offset.push(offset);
+        }
+        offset += decoder.push(id).chars().count();
+    }
+    out
+}
+
+/// Appends `more`'s entries to `out`.
+pub fn extend_legacy(out: &mut CompletionLogprobs, more: CompletionLogprobs) {
+    out.tokens.extend(more.tokens);
+    out.token_logprobs.extend(more.token_logprobs);
+    out.top_logprobs.extend(more.top_logprobs);
+    out.text_offset.extend(more.text_offset);
+}
+
+fn top_map(tok: &Tokenizer, lp: &TokenLogprobs) -> TopLogprobMap {
+    TopLogprobMap(
+        lp.top
+            .iter()
+            .map(|&(t, l)| (token_text(tok, t).0, l))
+            .collect(),
+    )
 }

@@ -143,6 +143,7 @@ impl Sampling {
                 // OpenAI seeds are signed; any 64-bit pattern is a fine seed.
                 seed: f.seed.map(|s| s as u64),
                 logprobs: f.logprobs.map(|k| k as usize),
+                prompt_logprobs: None,
             },
             n: n as usize,
             max_tokens: f.max_tokens.map(|m| m as usize),

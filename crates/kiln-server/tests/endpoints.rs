@@ -117,18 +117,36 @@ async fn completions_batch_echo_and_logprobs() {
                 .is_some_and(|t| t.starts_with(prefix) && t.len() > prefix.len()),
             "{c}"
         );
+        // Echo with logprobs: the prompt's tokens first (the first has no logprob),
+        // then the 3 generated ones.
         let lp = &c["logprobs"];
-        assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(3));
-        assert_eq!(lp["token_logprobs"].as_array().map(Vec::len), Some(3));
+        let tokens: Vec<&str> = lp["tokens"]
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let p = tokens.len() - 3;
+        assert!(p >= 2, "{lp}");
+        assert_eq!(tokens[..p].concat(), prefix, "{lp}");
+        assert_eq!(lp["token_logprobs"].as_array().map(Vec::len), Some(p + 3));
+        assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+        for t in 1..p + 3 {
+            assert!(
+                lp["token_logprobs"][t].as_f64().is_some_and(|l| l <= 0.0),
+                "{lp}"
+            );
+            assert!(lp["top_logprobs"][t]
+                .as_object()
+                .is_some_and(|m| !m.is_empty() && m.len() <= 2));
+        }
+        assert_eq!(lp["text_offset"][0], 0);
         assert!(
-            lp["text_offset"][0]
+            lp["text_offset"][p]
                 .as_u64()
                 .is_some_and(|o| o as usize >= prefix.len()),
             "{lp}"
         );
-        assert!(lp["top_logprobs"][0]
-            .as_object()
-            .is_some_and(|m| !m.is_empty() && m.len() <= 2));
     }
     // Greedy: both completions of one prompt agree.
     assert_eq!(choices[0]["text"], choices[1]["text"]);

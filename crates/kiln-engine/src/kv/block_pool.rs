@@ -131,7 +131,9 @@ impl BlockPool {
         let mut b = self.head;
         while b != NIL {
             if let Some(h) = self.hash[b as usize].take() {
-                self.cached.remove(&h);
+                if self.cached.get(&h) == Some(&b) {
+                    self.cached.remove(&h);
+                }
             }
             b = self.next[b as usize];
         }

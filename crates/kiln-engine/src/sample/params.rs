@@ -23,6 +23,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Number of most likely alternatives to report with each token, if any.
     pub logprobs: Option<usize>,
+    /// Report each prompt token's log-probability (from the second on) with this many
+    /// alternatives, if set. Such a prompt is always computed, never taken from the
+    /// prefix cache.
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -38,6 +42,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             seed: None,
             logprobs: None,
+            prompt_logprobs: None,
         }
     }
 }

@@ -7,6 +7,7 @@
 use rand::Rng;
 
 use super::{SamplingParams, SeqSamplingState};
+use crate::request::TokenLogprobs;
 
 /// Candidates kept before falling back to a full sort for top-p: the mass of the top few
 /// hundred tokens almost always reaches p.
@@ -68,6 +69,20 @@ impl Sampler {
             token,
             logprob: params.logprobs.map(|_| self.raw[token as usize] - lse),
             top_logprobs,
+        }
+    }
+
+    /// The log-probability of `token` under `logits` and the `n` most likely tokens (for
+    /// prompt log-probabilities: nothing is sampled).
+    pub fn logprobs_of(&mut self, logits: &[f32], token: u32, n: usize) -> TokenLogprobs {
+        let (lse, top) = self.raw_logprobs(logits, n);
+        let logit = logits
+            .get(token as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY);
+        TokenLogprobs {
+            logprob: logit - lse,
+            top,
         }
     }
 

@@ -26,6 +26,9 @@ pub struct SchedulerConfig {
     pub max_num_seqs: usize,
     /// Longest sequence (prompt plus output) the model accepts.
     pub max_model_len: usize,
+    /// Prompt rows per step that may need logits for prompt log-probabilities; bounds
+    /// the chunks of sequences that ask for them (the logits buffer is sized for it).
+    pub max_prompt_logprob_rows: usize,
 }
 
 /// One sequence's share of a step: rows `num_computed_tokens..+num_new_tokens`.
@@ -113,6 +116,7 @@ impl Scheduler {
         out.scheduled.clear();
         out.preempted.clear();
         let mut budget = self.config.max_num_batched_tokens;
+        let mut logit_rows = self.config.max_prompt_logprob_rows;
         self.step_tokens.clear();
         self.step_tokens.resize(self.running.len(), 0);
 
@@ -125,9 +129,20 @@ impl Scheduler {
                     i += 1;
                     continue;
                 }
-                let n = s.num_pending().min(budget);
+                let wants_logits = s.wants_prompt_logprobs();
+                let mut n = s.num_pending().min(budget);
+                if wants_logits {
+                    n = n.min(logit_rows);
+                    if n == 0 {
+                        i += 1;
+                        continue;
+                    }
+                }
                 // If `i` itself was preempted, the next sequence has moved into slot `i`.
                 if self.reserve(i, n, &mut budget, out) {
+                    if wants_logits {
+                        logit_rows -= n;
+                    }
                     i += 1;
                 }
             }
@@ -143,19 +158,34 @@ impl Scheduler {
                 // recompute it instead of sharing its blocks. Keep FCFS: wait a step.
                 break;
             }
+            let wants_logits = self
+                .waiting
+                .peek()
+                .is_some_and(Sequence::wants_prompt_logprobs);
+            if wants_logits && logit_rows == 0 {
+                break;
+            }
             let Some(mut seq) = self.waiting.pop() else {
                 break;
             };
             if seq.blocks.block_table().is_empty() {
                 seq.num_computed_tokens = 0;
-                let (kv, toks, key) = (&mut self.kv, &seq.tokens, &seq.cache_key);
-                let hit = kv.attach_cached_prefix(&mut seq.blocks, toks, key);
+                // Prompt log-probabilities need every prompt row computed.
+                let hit = if wants_logits {
+                    0
+                } else {
+                    let (kv, toks, key) = (&mut self.kv, &seq.tokens, &seq.cache_key);
+                    kv.attach_cached_prefix(&mut seq.blocks, toks, key)
+                };
                 seq.num_computed_tokens = hit;
                 if seq.num_preemptions == 0 {
                     seq.num_cached_tokens = hit;
                 }
             }
-            let n = seq.num_pending().min(budget);
+            let mut n = seq.num_pending().min(budget);
+            if wants_logits {
+                n = n.min(logit_rows);
+            }
             let total = seq.num_computed_tokens + n;
             if !self.kv.allocate(&mut seq.blocks, total) {
                 // Admission is by free blocks: wait for some to be released.
@@ -165,6 +195,9 @@ impl Scheduler {
                 break;
             }
             budget -= n;
+            if wants_logits {
+                logit_rows -= n;
+            }
             self.running.push(seq);
             self.step_tokens.push(n);
         }

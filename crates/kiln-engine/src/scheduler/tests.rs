@@ -9,6 +9,7 @@ fn sched(num_blocks: usize, budget: usize, max_seqs: usize) -> Scheduler {
             max_num_batched_tokens: budget,
             max_num_seqs: max_seqs,
             max_model_len: 4096,
+            max_prompt_logprob_rows: 8,
         },
         KvManager::new(num_blocks, 4, true),
     )
@@ -30,6 +31,8 @@ fn add(s: &mut Scheduler, id: SeqId, prompt_len: usize, priority: i32) {
         num_cached_tokens: 0,
         num_preemptions: 0,
         prompt_leader: None,
+        prompt_logprobs: None,
+        prompt_logprob_next: 1,
     };
     s.add(seq);
 }
@@ -173,6 +176,8 @@ fn prefix_hit_skips_cached_blocks() {
         num_cached_tokens: 0,
         num_preemptions: 0,
         prompt_leader: None,
+        prompt_logprobs: None,
+        prompt_logprob_next: 1,
     };
     s.add(seq);
     let got = step(&mut s);
@@ -196,6 +201,8 @@ fn siblings_wait_for_the_leaders_prompt_and_reuse_it() {
             num_cached_tokens: 0,
             num_preemptions: 0,
             prompt_leader: leader,
+            prompt_logprobs: None,
+            prompt_logprob_next: 1,
         };
         s.add(seq);
     }
@@ -209,4 +216,48 @@ fn siblings_wait_for_the_leaders_prompt_and_reuse_it() {
     // Both siblings reuse the 16 cached prompt tokens (one full block) and compute 4.
     let got = step(&mut s);
     assert_eq!(got, vec![(1, 1), (2, 4), (3, 4)]);
+}
+
+#[test]
+fn prompt_logprob_sequences_skip_the_cache_and_fit_the_logits_rows() {
+    let mut s = sched(64, 100, 8);
+    add(&mut s, 1, 10, 0);
+    step(&mut s);
+    let toks = s.running[0].tokens.clone();
+    let n = s.running[0].num_computed_tokens;
+    s.kv.commit(&mut s.running[0].blocks, &toks, n, b"");
+    // The same prompt twice more, both asking for prompt log-probabilities: no cache hit,
+    // and together they get at most 8 prompt rows a step (the sched() limit).
+    for id in [7, 8] {
+        let seq = Sequence {
+            id,
+            priority: 0,
+            arrival: 0,
+            tokens: toks[..10].to_vec(),
+            num_prompt_tokens: 10,
+            num_computed_tokens: 0,
+            cache_key: Vec::new(),
+            blocks: s.kv.new_seq(64),
+            num_cached_tokens: 0,
+            num_preemptions: 0,
+            prompt_leader: None,
+            prompt_logprobs: Some(2),
+            prompt_logprob_next: 1,
+        };
+        s.add(seq);
+    }
+    let got = step(&mut s);
+    assert_eq!(got, vec![(1, 1), (7, 8)], "decode, then 8 prompt rows");
+    let seven = s
+        .running
+        .iter()
+        .find(|q| q.id == 7)
+        .map(|q| q.num_cached_tokens);
+    assert_eq!(seven, Some(0), "no prefix-cache hit");
+    // The engine marks reported positions; once 7's prompt is done, 8 gets rows.
+    for q in s.running.iter_mut().filter(|q| q.id == 7) {
+        q.prompt_logprob_next = 9;
+    }
+    let got = step(&mut s);
+    assert_eq!(got, vec![(1, 1), (7, 2), (8, 6)], "{got:?}");
 }

@@ -185,7 +185,7 @@ impl ChunkFormat for ChatFormat {
 
     fn event(&mut self, ev: ChoiceEvent, out: &mut Vec<String>) {
         match ev.event {
-            TextEvent::Started { .. } => {}
+            TextEvent::Started { .. } | TextEvent::PromptLogprob { .. } => {}
             TextEvent::Delta {
                 text,
                 token_ids,

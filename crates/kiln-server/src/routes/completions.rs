@@ -45,7 +45,7 @@ pub async fn completions(
             format!("best_of must equal n when given (got {b})"),
         ));
     }
-    let sampling = Sampling::check(
+    let mut sampling = Sampling::check(
         &SamplingFields {
             temperature: req.temperature,
             top_p: req.top_p,
@@ -79,6 +79,10 @@ pub async fn completions(
     )?;
 
     let echo = req.echo.unwrap_or(false);
+    if echo {
+        // An echoed prompt carries its tokens' logprobs too, as OpenAI's legacy API does.
+        sampling.params.prompt_logprobs = sampling.params.logprobs;
+    }
     let add_special = req.add_special_tokens.unwrap_or(true);
     let m = model.clone();
     let prepared = blocking(move || {
@@ -91,7 +95,11 @@ pub async fn completions(
     let max_model_len = model.engine_config.max_model_len;
     let mut engine_reqs = Vec::with_capacity(prepared.len());
     let mut echoes = Vec::with_capacity(prepared.len());
+    let mut prompt_ids = Vec::with_capacity(prepared.len());
     for (ids, echo_text) in prepared {
+        if echo {
+            prompt_ids.push(ids.clone());
+        }
         engine_reqs.push(sampling.request(ids, "prompt", max_model_len)?);
         echoes.push(echo_text);
     }
@@ -117,25 +125,36 @@ pub async fn completions(
             tokenizer: model.tokenizer.clone(),
             chars: echo_of.iter().map(|e| e.chars().count()).collect(),
             echo_of,
+            n,
+            prompt_lps: vec![Vec::new(); prompt_ids.len()],
+            prompt_ids,
         };
         return Ok(sse(gen, fmt, tracing::Span::current()));
     }
     let (outs, usage) = collect(gen).await?;
     let choices = outs
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, c)| {
             let prefix = &echoes[i / n];
             let base = prefix.chars().count();
             CompletionChoice {
                 logprobs: want_logprobs.then(|| {
-                    crate::logprobs::legacy(
+                    let generated = crate::logprobs::legacy(
                         &model.tokenizer,
                         &c.token_ids,
                         &c.logprobs,
                         &c.text_offsets,
                         base,
-                    )
+                    );
+                    // The prompt's logprobs arrive with the first completion of a prompt.
+                    let Some(ids) = prompt_ids.get(i / n) else {
+                        return generated;
+                    };
+                    let first = &outs[i / n * n].prompt_logprobs;
+                    let mut all = crate::logprobs::legacy_prompt(&model.tokenizer, ids, first, 0);
+                    crate::logprobs::extend_legacy(&mut all, generated);
+                    all
                 }),
                 text: format!("{prefix}{}", c.text),
                 index: i as u32,
@@ -227,6 +246,12 @@ struct CompletionFormat {
     echo_of: Vec<String>,
     /// Per choice: characters sent so far (for `text_offset`).
     chars: Vec<usize>,
+    /// Completions per prompt.
+    n: usize,
+    /// Per prompt, its tokens when echoed (their logprobs stream as they are computed).
+    prompt_ids: Vec<Vec<u32>>,
+    /// Per prompt, the prompt logprobs received so far.
+    prompt_lps: Vec<Vec<kiln_engine::TokenLogprobs>>,
 }
 
 impl CompletionFormat {
@@ -259,6 +284,22 @@ impl ChunkFormat for CompletionFormat {
         let i = ev.choice;
         match ev.event {
             TextEvent::Started { .. } => {}
+            TextEvent::PromptLogprob { logprobs, .. } => {
+                let p = i / self.n.max(1);
+                let (Some(ids), Some(lps)) = (self.prompt_ids.get(p), self.prompt_lps.get_mut(p))
+                else {
+                    return;
+                };
+                lps.push(logprobs);
+                // Position 0 (no logprob) goes out with position 1.
+                let first = if lps.len() == 1 { 0 } else { lps.len() };
+                let lp = crate::logprobs::legacy_prompt(&self.tokenizer, ids, lps, first);
+                for c in p * self.n..(p + 1) * self.n {
+                    out.push(
+                        self.chunk(vec![choice(c, String::new(), Some(lp.clone()), None)], None),
+                    );
+                }
+            }
             TextEvent::Delta {
                 text,
                 token_ids,

@@ -107,7 +107,7 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
             TextEvent::Finished {
                 completion_tokens, ..
             } => n_out = completion_tokens,
-            TextEvent::Started { .. } => {}
+            TextEvent::Started { .. } | TextEvent::PromptLogprob { .. } => {}
         }
     }
     writeln!(out)?;
