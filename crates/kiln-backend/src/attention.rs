@@ -141,14 +141,21 @@ fn attend_group(
     s.q.clear();
     s.q.extend(t.q_group.iter().map(|&x| round_f16(x)));
     let (scores, kbuf, q) = (&mut s.scores, &mut s.kbuf, &s.q);
-    // Pass 1: scaled scores for every visible position.
+    // Pass 1: scaled scores for every visible position. An f16 cache is read in place.
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
-        kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
+        let keys = kv.k_f16(t.layer, block, t.kv_head, hi);
+        if keys.is_none() {
+            kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
+        }
         for j in lo..hi {
-            let k = &kbuf[j * hd..(j + 1) * hd];
             let c = base + j - start;
             for h in 0..group {
-                scores[h * n_ctx + c] = p.scale * ops::dot_f32(&q[h * hd..(h + 1) * hd], k);
+                let qh = &q[h * hd..(h + 1) * hd];
+                let dot = match keys {
+                    Some(k) => ops::dot_f16(&k[j * hd..(j + 1) * hd], qh),
+                    None => ops::dot_f32(qh, &kbuf[j * hd..(j + 1) * hd]),
+                };
+                scores[h * n_ctx + c] = p.scale * dot;
             }
         }
     });
@@ -160,14 +167,18 @@ fn attend_group(
     // Pass 2: probability-weighted sum of values.
     out.fill(0.0);
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
-        kv.read_v(t.layer, block, t.kv_head, hi, kbuf);
+        let values = kv.v_f16(t.layer, block, t.kv_head, hi);
+        if values.is_none() {
+            kv.read_v(t.layer, block, t.kv_head, hi, kbuf);
+        }
         for j in lo..hi {
-            let v = &kbuf[j * hd..(j + 1) * hd];
             let c = base + j - start;
             for h in 0..group {
                 let w = scores[h * n_ctx + c];
-                for (o, v) in out[h * hd..(h + 1) * hd].iter_mut().zip(v) {
-                    *o += w * v;
+                let o = &mut out[h * hd..(h + 1) * hd];
+                match values {
+                    Some(v) => ops::axpy_f16(w, &v[j * hd..(j + 1) * hd], o),
+                    None => ops::axpy(w, &kbuf[j * hd..(j + 1) * hd], o),
                 }
             }
         }

@@ -151,6 +151,35 @@ impl KvCache {
         self.read(&self.v[layer], block, head, n, out)
     }
 
+    /// The first `n` cached keys of `head` in `block`, when the cache holds f16 (the
+    /// attention kernel then reads them in place).
+    #[inline]
+    pub fn k_f16(&self, layer: usize, block: usize, head: usize, n: usize) -> Option<&[f16]> {
+        self.f16_rows(&self.k[layer], block, head, n)
+    }
+
+    /// Like [`k_f16`](Self::k_f16), for values.
+    #[inline]
+    pub fn v_f16(&self, layer: usize, block: usize, head: usize, n: usize) -> Option<&[f16]> {
+        self.f16_rows(&self.v[layer], block, head, n)
+    }
+
+    fn f16_rows<'a>(
+        &self,
+        store: &'a Store,
+        block: usize,
+        head: usize,
+        n: usize,
+    ) -> Option<&'a [f16]> {
+        match store {
+            Store::F16(s) => {
+                let o = self.offset(block * self.shape.block_size, head);
+                Some(&s[o..o + n * self.shape.head_dim])
+            }
+            _ => None,
+        }
+    }
+
     fn read(&self, store: &Store, block: usize, head: usize, n: usize, out: &mut [f32]) {
         let o = self.offset(block * self.shape.block_size, head);
         let len = n * self.shape.head_dim;

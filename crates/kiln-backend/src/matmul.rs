@@ -3,9 +3,16 @@
 //! Activations are quantized once per token row into the type the weight's dot product
 //! wants (as llama.cpp does: q8_0 for q4_0/q5_0/q8_0, q8_1 for q4_1, q8_K for k-quants),
 //! then output rows are split over the pool in chunks.
+//!
+//! A matrix whose type has a packed kernel on this CPU ([`QMatrix::pack`]) is repacked
+//! once at load into groups of 16 interleaved rows and multiplied a tile of up to 8
+//! tokens at a time (see `kiln_kernels::packed`); the same kernel serves every batch
+//! size, batch 1 included, so a row's result never depends on the batch. Other types
+//! take one `vec_dot` per (row, token).
 
 use std::sync::Arc;
 
+use kiln_kernels::packed::{self, PackedGemmFn, PackedType, PACK_ROWS, TILE_TOKENS};
 use kiln_kernels::{KernelTable, WeightType};
 
 use crate::pool::ThreadPool;
@@ -13,6 +20,9 @@ use crate::sync_ptr::SyncPtr;
 
 /// Output rows per pool task: small enough to balance, large enough to amortise.
 const ROWS_PER_TASK: usize = 16;
+
+/// Token rows from which activations are quantized over the pool rather than inline.
+const PARALLEL_QUANTIZE_ROWS: usize = 4;
 
 /// Where a weight matrix's bytes live.
 pub enum WeightBytes {
@@ -48,6 +58,27 @@ pub struct QMatrix {
     /// Bytes of one activation row quantized for this weight's dot product.
     act_row_bytes: usize,
     data: WeightBytes,
+    /// The row-interleaved copy and its kernel, when packed.
+    packed: Option<Packed>,
+}
+
+struct Packed {
+    ty: PackedType,
+    bytes: Vec<u8>,
+    gemm: PackedGemmFn,
+}
+
+/// Scratch reused between matmuls: quantized activations and their block scales.
+#[derive(Default)]
+pub struct MatmulScratch {
+    acts: Vec<u8>,
+    scales: Vec<[f32; 2]>,
+}
+
+impl MatmulScratch {
+    pub fn new() -> Self {
+        Self::default()
+    }
 }
 
 impl QMatrix {
@@ -63,7 +94,29 @@ impl QMatrix {
             row_bytes,
             act_row_bytes,
             data,
+            packed: None,
         })
+    }
+
+    /// Repacks the rows for `kt`'s packed kernel if it has one for this type (a copy of
+    /// the weights, built once at load); returns whether it did.
+    pub fn pack(&mut self, kt: &KernelTable) -> bool {
+        let Some(ty) = PackedType::for_weight(self.ty) else {
+            return false;
+        };
+        let Some(gemm) = kt.packed_gemm(ty) else {
+            return false;
+        };
+        let Some(bytes) = packed::pack(ty, self.rows, self.cols, self.data.bytes()) else {
+            return false;
+        };
+        self.packed = Some(Packed { ty, bytes, gemm });
+        true
+    }
+
+    /// Bytes of the packed copy (0 if not packed).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, |p| p.bytes.len())
     }
 
     pub fn row(&self, r: usize) -> &[u8] {
@@ -78,8 +131,8 @@ impl QMatrix {
 
 /// `out[t, r] = Σ_k x[t, k] · w[r, k]` for `n_tokens` rows of `x`.
 ///
-/// `x` is `n_tokens × w.cols`, `out` is `n_tokens × w.rows`; `act_scratch` is reused
-/// between calls to hold the quantized activations.
+/// `x` is `n_tokens × w.cols`, `out` is `n_tokens × w.rows`; `scratch` is reused
+/// between calls.
 pub fn matmul(
     pool: &ThreadPool,
     kt: &KernelTable,
@@ -87,23 +140,46 @@ pub fn matmul(
     x: &[f32],
     n_tokens: usize,
     out: &mut [f32],
-    act_scratch: &mut Vec<u8>,
+    scratch: &mut MatmulScratch,
 ) {
     assert_eq!(x.len(), n_tokens * w.cols, "matmul input shape");
     assert_eq!(out.len(), n_tokens * w.rows, "matmul output shape");
     let tk = kt.weight(w.ty);
     let act_row = w.act_row_bytes;
     let quantize = kt.quantize(tk.act);
-    if act_scratch.len() < act_row * n_tokens {
-        act_scratch.resize(act_row * n_tokens, 0);
+    let packed = w.packed.as_ref();
+    let nb = w.cols / 32;
+    let MatmulScratch { acts, scales } = scratch;
+    if acts.len() < act_row * n_tokens {
+        acts.resize(act_row * n_tokens, 0);
     }
-    for t in 0..n_tokens {
-        quantize(
-            &x[t * w.cols..(t + 1) * w.cols],
-            &mut act_scratch[t * act_row..(t + 1) * act_row],
-        );
+    if packed.is_some() && scales.len() < nb * n_tokens {
+        scales.resize(nb * n_tokens, [0.0; 2]);
     }
-    let acts = &act_scratch[..act_row * n_tokens];
+    // Quantize each token's row (and its block scales for the packed kernel); over the
+    // pool when there are enough rows to pay for the hand-off.
+    let acts_ptr = SyncPtr::new(&mut acts[..act_row * n_tokens]);
+    let scales_ptr = SyncPtr::new(&mut scales[..]);
+    let quantize_token = |t: usize| {
+        // SAFETY: token `t`'s activation row and scale entries belong to this call alone.
+        let a = unsafe { acts_ptr.slice_mut(t * act_row, act_row) };
+        quantize(&x[t * w.cols..(t + 1) * w.cols], a);
+        if let Some(p) = packed {
+            // SAFETY: as above; `scales` holds `nb` entries per token.
+            let s = unsafe { scales_ptr.slice_mut(t * nb, nb) };
+            packed::act_scales_row(p.ty, a, s);
+        }
+    };
+    if n_tokens >= PARALLEL_QUANTIZE_ROWS {
+        pool.run(n_tokens, quantize_token);
+    } else {
+        (0..n_tokens).for_each(quantize_token);
+    }
+    let acts = &acts[..act_row * n_tokens];
+    if let Some(p) = packed {
+        matmul_packed(pool, w, p, acts, &scales[..nb * n_tokens], n_tokens, out);
+        return;
+    }
     let n_tasks = w.rows.div_ceil(ROWS_PER_TASK);
     let out_ptr = SyncPtr::new(out);
     let rows = w.rows;
@@ -118,6 +194,49 @@ pub fn matmul(
                 // SAFETY: (t, r) pairs are unique to this task's row range.
                 unsafe { out_ptr.write(t * rows + r, v) };
             }
+        }
+    });
+}
+
+/// The packed path: one pool task per group of 16 rows, token tiles inside it (the
+/// group's weights stay in L1 across tiles).
+fn matmul_packed(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    p: &Packed,
+    acts: &[u8],
+    scales: &[[f32; 2]],
+    n_tokens: usize,
+    out: &mut [f32],
+) {
+    let group_bytes = p.ty.group_bytes(w.cols);
+    let n_groups = w.rows.div_ceil(PACK_ROWS);
+    let nb = w.cols / 32;
+    let (rows, act_row) = (w.rows, w.act_row_bytes);
+    let out_ptr = SyncPtr::new(out);
+    pool.run(n_groups, |g| {
+        let group = &p.bytes[g * group_bytes..(g + 1) * group_bytes];
+        let r0 = g * PACK_ROWS;
+        let live = PACK_ROWS.min(rows - r0);
+        let mut tile = [[0f32; PACK_ROWS]; TILE_TOKENS];
+        let mut t0 = 0;
+        while t0 < n_tokens {
+            let n = TILE_TOKENS.min(n_tokens - t0);
+            (p.gemm)(
+                w.cols,
+                group,
+                &acts[t0 * act_row..],
+                act_row,
+                &scales[t0 * nb..],
+                n,
+                &mut tile,
+            );
+            for (t, vals) in tile.iter().enumerate().take(n) {
+                // SAFETY: this task alone writes rows r0..r0+live of every token.
+                let dst = unsafe { out_ptr.slice_mut((t0 + t) * rows + r0, live) };
+                dst.copy_from_slice(&vals[..live]);
+            }
+            t0 += n;
         }
     });
 }

@@ -24,6 +24,9 @@ struct Shared {
     /// Workers that have not yet finished the current generation.
     active: AtomicUsize,
     shutdown: AtomicBool,
+    /// Workers parked (or about to park) on `wake`; `run` only takes the lock and
+    /// notifies when some are, so back-to-back jobs cost no system call.
+    parked: AtomicUsize,
     park_lock: Mutex<()>,
     wake: Condvar,
 }
@@ -46,6 +49,7 @@ impl ThreadPool {
             n_tasks: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
+            parked: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -92,15 +96,48 @@ impl ThreadPool {
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.next_task.store(0, Ordering::Relaxed);
         s.active.store(self.workers.len(), Ordering::Relaxed);
-        s.generation.fetch_add(1, Ordering::Release);
-        {
+        // SeqCst pairs with the worker's `parked` increment then `generation` load: either
+        // we see it parked and notify, or it sees the new generation and doesn't wait.
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.parked.load(Ordering::SeqCst) > 0 {
             let _l = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
         run_tasks(s, dyn_f);
+        // Workers normally finish within microseconds; if one was descheduled (a busy
+        // machine), yield the core to it instead of spinning out our time slice.
+        let mut spins = 0u32;
         while s.active.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+            spins = spins.saturating_add(1);
+            if spins < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
+    }
+}
+
+impl ThreadPool {
+    /// Runs `f(i, chunk_i)` for every `width`-long chunk of `data` (rows of a matrix),
+    /// `per_task` chunks to a pool task.
+    pub fn for_each_chunk_mut<T: Send, F: Fn(usize, &mut [T]) + Sync>(
+        &self,
+        data: &mut [T],
+        width: usize,
+        per_task: usize,
+        f: F,
+    ) {
+        let width = width.max(1);
+        let n = data.len() / width;
+        let per_task = per_task.max(1);
+        let ptr = crate::sync_ptr::SyncPtr::new(data);
+        self.run(n.div_ceil(per_task), |task| {
+            for i in task * per_task..((task + 1) * per_task).min(n) {
+                // SAFETY: chunk `i` lies inside `data` and only this task touches it.
+                f(i, unsafe { ptr.slice_mut(i * width, width) });
+            }
+        });
     }
 }
 
@@ -120,6 +157,7 @@ fn worker_loop(s: &Shared) {
     loop {
         // Wait for a new generation: spin first, then park.
         let start = Instant::now();
+        let mut spins = 0u32;
         let gen = loop {
             if s.shutdown.load(Ordering::Acquire) {
                 return;
@@ -128,17 +166,21 @@ fn worker_loop(s: &Shared) {
             if g != seen {
                 break g;
             }
-            if start.elapsed() < SPIN_BEFORE_PARK {
+            // Reading the clock costs more than a spin; look at it every 256 spins.
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(256) || start.elapsed() < SPIN_BEFORE_PARK {
                 std::hint::spin_loop();
                 continue;
             }
+            s.parked.fetch_add(1, Ordering::SeqCst);
             let guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
                 let _unused = s
                     .wake
                     .wait_timeout(guard, Duration::from_millis(100))
                     .unwrap_or_else(|e| e.into_inner());
             }
+            s.parked.fetch_sub(1, Ordering::SeqCst);
         };
         seen = gen;
         // SAFETY: stored by `run` before the generation bump we acquired; it points at a

@@ -1,8 +1,15 @@
 //! Sharing an output buffer between pool tasks that write disjoint parts of it.
 
 /// A raw pointer that tasks may share; each task must write only its own elements.
-#[derive(Clone, Copy)]
 pub(crate) struct SyncPtr<T>(pub *mut T);
+
+// Manual impls: a derive would require `T: Copy`, but copying the pointer never copies a `T`.
+impl<T> Clone for SyncPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SyncPtr<T> {}
 
 // SAFETY: users guarantee tasks touch disjoint elements, and the pool joins all tasks
 // before the borrow the pointer came from ends.

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
+use crate::packed::{self, PackedGemmFn, PackedType};
 use crate::quant::{bf16, fp16, fp32, q4_0, q4_1, q4_k, q5_0, q5_k, q6_k, q8_0, q8_1, q8_k};
 use crate::types::{ActType, WeightType};
 
@@ -135,6 +136,8 @@ pub struct KernelTable {
     isa: Isa,
     weights: [TypeKernels; WeightType::ALL.len()],
     acts: [ActKernels; ActType::ALL.len()],
+    /// Packed batched kernels (q4_1, q8_0), where this ISA has a fast one.
+    packed: [Option<PackedGemmFn>; 2],
 }
 
 impl KernelTable {
@@ -177,6 +180,27 @@ impl KernelTable {
     /// The quantizer for activation type `act`.
     pub fn quantize(&self, act: ActType) -> QuantizeFn {
         self.acts[act.index()].quantize_row
+    }
+
+    /// The packed batched kernel for `ty`, if this ISA has one that beats `vec_dot`
+    /// (only AVX-512 VNNI so far; the scalar reference is [`packed::reference`]).
+    pub fn packed_gemm(&self, ty: PackedType) -> Option<PackedGemmFn> {
+        self.packed[packed_index(ty)]
+    }
+}
+
+const fn packed_index(ty: PackedType) -> usize {
+    match ty {
+        PackedType::Q4_1 => 0,
+        PackedType::Q8_0 => 1,
+    }
+}
+
+/// The scalar reference of the packed kernel for `ty` (tests compare every ISA with it).
+pub(crate) fn packed_reference(ty: PackedType) -> PackedGemmFn {
+    match ty {
+        PackedType::Q4_1 => packed::scalar::gemm_q4_1,
+        PackedType::Q8_0 => packed::scalar::gemm_q8_0,
     }
 }
 
@@ -229,7 +253,12 @@ const DEQUANT: [DequantizeFn; 10] = [
 
 /// Builds a table from per-type `vec_dot`s and per-activation quantizers, both in table
 /// order.
-const fn table(isa: Isa, dots: [VecDotFn; 10], quants: [QuantizeFn; 4]) -> KernelTable {
+const fn table(
+    isa: Isa,
+    dots: [VecDotFn; 10],
+    quants: [QuantizeFn; 4],
+    packed: [Option<PackedGemmFn>; 2],
+) -> KernelTable {
     let t = WeightType::ALL;
     KernelTable {
         isa,
@@ -251,6 +280,7 @@ const fn table(isa: Isa, dots: [VecDotFn; 10], quants: [QuantizeFn; 4]) -> Kerne
             act(quants[2], ACT_DEQUANT[2]),
             act(quants[3], ACT_DEQUANT[3]),
         ],
+        packed,
     }
 }
 
@@ -269,6 +299,7 @@ static SCALAR: KernelTable = table(
         q6_k::scalar::vec_dot_q6_k_q8_k,
     ],
     SCALAR_QUANT,
+    [None, None],
 );
 
 const SCALAR_QUANT: [QuantizeFn; 4] = [
@@ -316,6 +347,7 @@ mod x86 {
             dot!(q6_k::avx2::vec_dot_q6_k_q8_k),
         ],
         AVX2_QUANT,
+        [None, None],
     );
 
     /// The AVX2 quantizers serve the AVX-512 table too: quantizing is O(n) per token
@@ -342,6 +374,10 @@ mod x86 {
             dot!(q6_k::avx512::vec_dot_q6_k_q8_k),
         ],
         AVX2_QUANT,
+        [
+            Some(|c, g, a, r, s, n, o| unsafe { packed::avx512::gemm_q4_1(c, g, a, r, s, n, o) }),
+            Some(|c, g, a, r, s, n, o| unsafe { packed::avx512::gemm_q8_0(c, g, a, r, s, n, o) }),
+        ],
     );
 }
 

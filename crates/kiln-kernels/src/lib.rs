@@ -5,6 +5,8 @@
 //!   activation quantizers, each with a scalar reference and AVX2 / AVX-512 twins.
 //! - [`KernelTable`]: plain function pointers for one instruction set, chosen once at
 //!   run time ([`Isa::detect`]).
+//! - [`packed`]: row-interleaved weights and the batched (token-tile) matmul kernels
+//!   over them, for the types where that beats `vec_dot` per (row, token).
 //! - [`ops`]: f32 primitives (RMS norm, softmax, RoPE, activations, conversions).
 //!
 //! A leaf crate: no allocation inside kernels, no threads, no I/O. `unsafe` appears only
@@ -15,6 +17,7 @@
 mod dispatch;
 mod error;
 pub mod ops;
+pub mod packed;
 pub mod quant;
 mod types;
 

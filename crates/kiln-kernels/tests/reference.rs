@@ -10,79 +10,11 @@
 mod common;
 
 use common::{
-    dequantize, dequantize_act, f16_fields, magnitude, quantize, scalar, summation_tolerance,
-    tables,
+    activations, dequantize, dequantize_act, magnitude, quantize, scalar, summation_tolerance,
+    tables, weight_row,
 };
 use kiln_kernels::{ActType, WeightType, QK_K};
 use proptest::prelude::*;
-
-/// An f16 with a random sign and magnitude 2^e, e ∈ [−20, 2] (subnormals included).
-fn f16_scale() -> impl Strategy<Value = u16> {
-    (any::<bool>(), -20i32..=2, 0.5f32..1.0).prop_map(|(neg, e, m)| {
-        let v = m * 2f32.powi(e + 1);
-        half::f16::from_f32(if neg { -v } else { v }).to_bits()
-    })
-}
-
-/// A random valid weight row of `ty` with `n` elements: random quants, sane scales.
-fn weight_row(ty: WeightType, n: usize) -> BoxedStrategy<Vec<u8>> {
-    let bytes = ty.row_bytes(n).unwrap_or_else(|| panic!("{ty}: n={n}"));
-    match ty {
-        WeightType::F32 => prop::collection::vec(-2.0f32..2.0, n)
-            .prop_map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
-            .boxed(),
-        WeightType::F16 => prop::collection::vec(-2.0f32..2.0, n)
-            .prop_map(|v| {
-                v.iter()
-                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                    .collect()
-            })
-            .boxed(),
-        WeightType::BF16 => prop::collection::vec(-2.0f32..2.0, n)
-            .prop_map(|v| {
-                v.iter()
-                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
-                    .collect()
-            })
-            .boxed(),
-        _ => {
-            let nb = n / ty.block_elems();
-            let fields = f16_fields(ty);
-            (
-                prop::collection::vec(any::<u8>(), bytes),
-                prop::collection::vec(f16_scale(), nb * fields.len()),
-            )
-                .prop_map(move |(mut raw, scales)| {
-                    let mut s = scales.into_iter();
-                    for blk in raw.chunks_exact_mut(ty.block_bytes()) {
-                        for &off in fields {
-                            let v = s.next().unwrap_or(0x3c00);
-                            blk[off..off + 2].copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
-                    raw
-                })
-                .boxed()
-        }
-    }
-}
-
-/// Activations: uniform in ±scale with a few outliers, scale spanning 10^−3..10^3.
-fn activations(n: usize) -> impl Strategy<Value = Vec<f32>> {
-    (
-        prop::collection::vec(-1.0f32..1.0, n),
-        -3.0f32..3.0,
-        prop::collection::vec((0..n, -8.0f32..8.0), 0..4),
-    )
-        .prop_map(|(mut v, e, spikes)| {
-            for (i, s) in spikes {
-                v[i] = s;
-            }
-            let scale = 10f32.powf(e);
-            v.iter_mut().for_each(|x| *x *= scale);
-            v
-        })
-}
 
 /// Element counts: odd block counts exercise the AVX-512 single-block tails, and the
 /// float types get lengths that are not multiples of any vector width.

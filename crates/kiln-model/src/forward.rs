@@ -4,7 +4,9 @@
 //! SiLU, sliding windows, embedding scale, RoPE style) are data in [`ModelConfig`] and
 //! optional weights, not separate code paths.
 
-use kiln_backend::{matmul, paged_attention, AttentionParams, KvCache, QMatrix, ThreadPool};
+use kiln_backend::{
+    matmul, paged_attention, AttentionParams, KvCache, MatmulScratch, QMatrix, ThreadPool,
+};
 use kiln_kernels::{ops, KernelTable};
 
 use crate::config::{Activation, ModelConfig};
@@ -20,7 +22,14 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn linear(&self, w: &QMatrix, x: &[f32], rows: usize, out: &mut [f32], act: &mut Vec<u8>) {
+    fn linear(
+        &self,
+        w: &QMatrix,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        act: &mut MatmulScratch,
+    ) {
         matmul(
             self.pool,
             self.kt,
@@ -80,7 +89,7 @@ impl Ctx<'_> {
         let cfg = self.cfg;
         let (n, d, hd) = (batch.n_rows(), cfg.d_model, cfg.head_dim);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-        rms_norm_rows(&ws.x, &lw.attn_norm, cfg.rms_eps, n, d, &mut ws.h);
+        self.rms_norm_rows(&ws.x, &lw.attn_norm, n, &mut ws.h);
         self.linear(&lw.wq, &ws.h, n, &mut ws.q, &mut ws.act);
         self.linear(&lw.wk, &ws.h, n, &mut ws.k, &mut ws.act);
         self.linear(&lw.wv, &ws.h, n, &mut ws.v, &mut ws.act);
@@ -143,33 +152,51 @@ impl Ctx<'_> {
         if let Some(w) = &lw.post_attn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
-        ops::add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+        self.add_rows(&mut ws.x[..n * d], &ws.o[..n * d]);
     }
 
     fn ffn_block(&self, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
         let cfg = self.cfg;
         let (d, ff) = (cfg.d_model, cfg.ffn_dim);
-        rms_norm_rows(&ws.x, &lw.ffn_norm, cfg.rms_eps, n, d, &mut ws.h);
+        self.rms_norm_rows(&ws.x, &lw.ffn_norm, n, &mut ws.h);
         self.linear(&lw.w_gate, &ws.h, n, &mut ws.gate, &mut ws.act);
         self.linear(&lw.w_up, &ws.h, n, &mut ws.up, &mut ws.act);
         let (gate, up) = (&mut ws.gate[..n * ff], &ws.up[..n * ff]);
-        match cfg.activation {
-            Activation::Silu => ops::swiglu_inplace(gate, up),
-            Activation::GeluTanh => ops::geglu_tanh_inplace(gate, up),
-        }
+        let act = match cfg.activation {
+            Activation::Silu => ops::swiglu_inplace,
+            Activation::GeluTanh => ops::geglu_tanh_inplace,
+        };
+        self.pool
+            .for_each_chunk_mut(gate, ff, ROWS_PER_TASK, |r, g| {
+                act(g, &up[r * ff..(r + 1) * ff])
+            });
         self.linear(&lw.w_down, &ws.gate, n, &mut ws.o, &mut ws.act);
         if let Some(w) = &lw.post_ffn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
-        ops::add_inplace(&mut ws.x[..n * d], &ws.o[..n * d]);
+        self.add_rows(&mut ws.x[..n * d], &ws.o[..n * d]);
+    }
+
+    /// `out[r] = rms_norm(x[r]) · w` for the first `n` rows, over the pool.
+    fn rms_norm_rows(&self, x: &[f32], w: &[f32], n: usize, out: &mut [f32]) {
+        let (d, eps) = (self.cfg.d_model, self.cfg.rms_eps);
+        self.pool
+            .for_each_chunk_mut(&mut out[..n * d], d, ROWS_PER_TASK, |r, o| {
+                ops::rms_norm(&x[r * d..(r + 1) * d], w, eps, o);
+            });
+    }
+
+    /// The residual add `x += o`, row by row over the pool.
+    fn add_rows(&self, x: &mut [f32], o: &[f32]) {
+        let d = self.cfg.d_model;
+        self.pool.for_each_chunk_mut(x, d, ROWS_PER_TASK, |r, row| {
+            ops::add_inplace(row, &o[r * d..(r + 1) * d]);
+        });
     }
 }
 
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, n: usize, d: usize, out: &mut [f32]) {
-    for r in 0..n {
-        ops::rms_norm(&x[r * d..(r + 1) * d], w, eps, &mut out[r * d..(r + 1) * d]);
-    }
-}
+/// Rows per pool task for the element-wise ops: enough work to pay for the hand-off.
+const ROWS_PER_TASK: usize = 4;
 
 /// RMS-normalises each `width`-wide chunk of `x` in place (rows, or heads within rows).
 fn norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {

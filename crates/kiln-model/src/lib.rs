@@ -32,6 +32,7 @@ pub struct Model {
     file: Arc<GgufFile>,
     config: ModelConfig,
     weights: weights::Weights,
+    packed_bytes: usize,
     pool: ThreadPool,
     kernels: &'static KernelTable,
 }
@@ -42,6 +43,9 @@ pub struct LoadOptions {
     /// Threads doing the math (the caller's thread included).
     pub threads: usize,
     pub kernels: &'static KernelTable,
+    /// Repack matmul weights for the batched kernels where the CPU has them (a copy of
+    /// those weights in memory, made once at load).
+    pub repack: bool,
 }
 
 impl LoadOptions {
@@ -50,6 +54,7 @@ impl LoadOptions {
         Self {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernels: KernelTable::best(),
+            repack: true,
         }
     }
 }
@@ -63,11 +68,17 @@ impl Model {
 
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self> {
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = weights::Weights::load(&file, &config)?;
+        let mut weights = weights::Weights::load(&file, &config)?;
+        let packed_bytes = if opts.repack {
+            weights.pack(opts.kernels)
+        } else {
+            0
+        };
         Ok(Self {
             file,
             config,
             weights,
+            packed_bytes,
             pool: ThreadPool::new(opts.threads),
             kernels: opts.kernels,
         })
@@ -75,6 +86,11 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Memory taken by weights repacked for the batched kernels (0 if none were).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed_bytes
     }
 
     /// The GGUF file the model was loaded from (metadata, tokenizer, chat template).

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kiln_backend::{QMatrix, WeightBytes};
 use kiln_formats::{GgmlType, GgufFile};
+use kiln_kernels::KernelTable;
 use kiln_kernels::WeightType;
 
 use crate::config::{Arch, ModelConfig};
@@ -125,6 +126,28 @@ impl Loader<'_> {
 }
 
 impl Weights {
+    /// Repacks every matmul weight (not the embedding table, which is only looked up)
+    /// for `kt`'s packed kernels where it has them; returns the bytes the copies take.
+    pub fn pack(&mut self, kt: &KernelTable) -> usize {
+        let mut bytes = 0;
+        for lw in &mut self.layers {
+            for m in [
+                &mut lw.wq,
+                &mut lw.wk,
+                &mut lw.wv,
+                &mut lw.wo,
+                &mut lw.w_gate,
+                &mut lw.w_up,
+                &mut lw.w_down,
+            ] {
+                m.pack(kt);
+                bytes += m.packed_bytes();
+            }
+        }
+        self.output.pack(kt);
+        bytes + self.output.packed_bytes()
+    }
+
     pub fn load(file: &Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self> {
         let l = Loader { file };
         let (d, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);

@@ -17,7 +17,7 @@ pub struct Workspace {
     pub(crate) o: Vec<f32>,
     pub(crate) gate: Vec<f32>,
     pub(crate) up: Vec<f32>,
-    pub(crate) act: Vec<u8>,
+    pub(crate) act: kiln_backend::MatmulScratch,
     pub(crate) final_h: Vec<f32>,
     pub(crate) logits: Vec<f32>,
     /// Longest sequence the caller will run (sizes attention scratch once); `None` means

@@ -12,7 +12,8 @@
 //!   own top-1/top-2 margin is at least `NEAR_TIE`, and wherever they differ Kiln's choice
 //!   is in llama.cpp's top 3;
 //! - greedy continuations match for the first 32 tokens, except that a continuation may
-//!   part ways at a near-tie (margin < `NEAR_TIE`) by taking llama.cpp's runner-up; at most
+//!   part ways at a near-tie by taking a token llama.cpp scored within `NEAR_TIE` of its
+//!   own choice (its runner-up, or a third candidate in a three-way tie); at most
 //!   `max_near_tie_splits` prompts per model may do so;
 //! - mean |logit diff| ≤ `MEAN_LOGIT_DIFF` and max ≤ `MAX_LOGIT_DIFF`.
 
@@ -36,6 +37,16 @@ struct Prompt {
 impl Prompt {
     fn margin(&self, i: usize) -> f32 {
         self.top_logits[i][0].1 - self.top_logits[i][1].1
+    }
+
+    /// How far below llama.cpp's top logit it scored `token` at step `i` (None if the
+    /// token isn't among the recorded candidates).
+    fn gap(&self, i: usize, token: u32) -> Option<f32> {
+        let top = self.top_logits[i][0].1;
+        self.top_logits[i]
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, l)| top - l)
     }
 }
 
@@ -67,17 +78,18 @@ fn check_greedy(name: &str, max_near_tie_splits: usize) {
             eprintln!("{name} prompt {i}: all {MATCH_PREFIX} greedy tokens agree");
             continue;
         };
-        let margin = p.margin(at);
+        let gap = p.gap(at, got[at]);
         eprintln!(
-            "{name} prompt {i}: agree for {at} tokens, then a near-tie (llama.cpp margin {margin:.4})"
+            "{name} prompt {i}: agree for {at} tokens, then a near-tie (llama.cpp scored ours \
+             {gap:?} below its choice)"
         );
         assert!(
-            margin < NEAR_TIE && got[at] == p.top_logits[at][1].0,
-            "{name} prompt {i}: token {at} is {} but llama.cpp chose {} by a margin of {margin} \
-             (runner-up {})",
+            gap.is_some_and(|g| g < NEAR_TIE),
+            "{name} prompt {i}: token {at} is {} but llama.cpp chose {}, scoring ours {gap:?} \
+             lower (its top candidates: {:?})",
             got[at],
             p.greedy_tokens[at],
-            p.top_logits[at][1].0
+            &p.top_logits[at][..4.min(p.top_logits[at].len())]
         );
         splits += 1;
     }
@@ -141,7 +153,10 @@ fn check_teacher_forced(name: &str) {
 
 #[test]
 fn smollm2_greedy_matches_llamacpp() {
-    check_greedy("smollm2-135m-instruct", 3);
+    // Which near-ties tip is chaotic: with vec_dot 3 of 9 prompts split, with the packed
+    // kernels (same integer work, another float summation order) 5 do, at gaps of
+    // 0.09–0.18, while teacher-forced agreement stays the same (97.4% vs 97.7%).
+    check_greedy("smollm2-135m-instruct", 5);
 }
 
 #[test]

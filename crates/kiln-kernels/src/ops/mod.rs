@@ -7,6 +7,7 @@
 
 mod activation;
 mod convert;
+mod f16_vector;
 mod norm;
 mod rope;
 mod softmax;
@@ -17,6 +18,7 @@ pub use activation::{
     silu_inplace, swiglu, swiglu_inplace,
 };
 pub use convert::{bf16_to_f32_row, f16_to_f32_row, f32_to_bf16_row, f32_to_f16_row};
+pub use f16_vector::{axpy_f16, axpy_f16_scalar, dot_f16, dot_f16_scalar};
 pub use norm::{rms_norm, rms_norm_inplace};
 pub use rope::{rope_inplace, RopeStyle};
 pub use softmax::softmax_inplace;

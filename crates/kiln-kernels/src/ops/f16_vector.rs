@@ -1,0 +1,149 @@
+//! f16 × f32 vector kernels for attention over an f16 KV cache.
+//!
+//! They compute exactly what [`dot_f32`](super::dot_f32) and [`axpy`](super::axpy) give
+//! on the converted values (same eight lanes, same unfused multiply-then-add, same final
+//! order), bit for bit, but convert eight halves per instruction (F16C) instead of
+//! expanding each cached row into a buffer first.
+
+use half::f16;
+
+use super::check_len;
+
+const LANES: usize = 8;
+
+/// `Σ k[i]·q[i]` with `k` in f16.
+pub fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
+    check_len("dot_f16", "q", k.len(), q.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::dot_f16(k, q) };
+    }
+    dot_f16_scalar(k, q)
+}
+
+/// `y[i] += alpha · v[i]` with `v` in f16.
+pub fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
+    check_len("axpy_f16", "y", v.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::axpy_f16(alpha, v, y) };
+    }
+    axpy_f16_scalar(alpha, v, y);
+}
+
+/// The reference for [`dot_f16`].
+pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (kc, qc) = (k.chunks_exact(LANES), q.chunks_exact(LANES));
+    let (kt, qt) = (kc.remainder(), qc.remainder());
+    for (x, y) in qc.zip(kc) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l].to_f32();
+        }
+    }
+    let tail: f32 = qt.iter().zip(kt).map(|(x, y)| x * y.to_f32()).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The reference for [`axpy_f16`].
+pub fn axpy_f16_scalar(alpha: f32, v: &[f16], y: &mut [f32]) {
+    for (o, v) in y.iter_mut().zip(v) {
+        *o += alpha * v.to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c")
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use super::LANES;
+
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
+        let chunks = k.len() / LANES;
+        let mut acc = _mm256_setzero_ps();
+        for c in 0..chunks {
+            // SAFETY: chunk `c` is in bounds of both slices (equal lengths).
+            let (kv, qv) = unsafe {
+                (
+                    _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(c * LANES).cast())),
+                    _mm256_loadu_ps(q.as_ptr().add(c * LANES)),
+                )
+            };
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(qv, kv));
+        }
+        let mut lanes = [0f32; LANES];
+        // SAFETY: `lanes` is 8 writable f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let done = chunks * LANES;
+        let tail: f32 = q[done..]
+            .iter()
+            .zip(&k[done..])
+            .map(|(x, y)| x * y.to_f32())
+            .sum();
+        lanes.iter().sum::<f32>() + tail
+    }
+
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
+        let chunks = v.len() / LANES;
+        let a = _mm256_set1_ps(alpha);
+        for c in 0..chunks {
+            // SAFETY: chunk `c` is in bounds of both slices (equal lengths).
+            unsafe {
+                let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(c * LANES).cast()));
+                let p = y.as_mut_ptr().add(c * LANES);
+                _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(a, vv)));
+            }
+        }
+        let done = chunks * LANES;
+        for (o, v) in y[done..].iter_mut().zip(&v[done..]) {
+            *o += alpha * v.to_f32();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{axpy, dot_f32};
+    use proptest::prelude::*;
+
+    fn halves(n: usize) -> impl Strategy<Value = Vec<f16>> {
+        prop::collection::vec(-60.0f32..60.0, n)
+            .prop_map(|v| v.into_iter().map(f16::from_f32).collect())
+    }
+
+    proptest! {
+        #[test]
+        fn f16_kernels_equal_f32_ones_on_converted_values(
+            (k, q, y) in (0usize..140).prop_flat_map(|n| (
+                halves(n),
+                prop::collection::vec(-3.0f32..3.0, n),
+                prop::collection::vec(-3.0f32..3.0, n),
+            )),
+            alpha in -2.0f32..2.0,
+        ) {
+            let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
+            let want = dot_f32(&q, &k32);
+            prop_assert_eq!(dot_f16(&k, &q).to_bits(), want.to_bits());
+            prop_assert_eq!(dot_f16_scalar(&k, &q).to_bits(), want.to_bits());
+            let mut want_y = y.clone();
+            axpy(alpha, &k32, &mut want_y);
+            for f in [axpy_f16, axpy_f16_scalar] {
+                let mut got = y.clone();
+                f(alpha, &k, &mut got);
+                prop_assert!(got.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+    }
+}
