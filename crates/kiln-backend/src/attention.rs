@@ -143,19 +143,19 @@ fn attend_group(
     let (scores, kbuf, q) = (&mut s.scores, &mut s.kbuf, &s.q);
     // Pass 1: scaled scores for every visible position. An f16 cache is read in place.
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
-        let keys = kv.k_f16(t.layer, block, t.kv_head, hi);
-        if keys.is_none() {
-            kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
-        }
-        for j in lo..hi {
-            let c = base + j - start;
+        let c0 = base + lo - start;
+        if let Some(k) = kv.k_f16(t.layer, block, t.kv_head, hi) {
             for h in 0..group {
-                let qh = &q[h * hd..(h + 1) * hd];
-                let dot = match keys {
-                    Some(k) => ops::dot_f16(&k[j * hd..(j + 1) * hd], qh),
-                    None => ops::dot_f32(qh, &kbuf[j * hd..(j + 1) * hd]),
-                };
-                scores[h * n_ctx + c] = p.scale * dot;
+                let out = &mut scores[h * n_ctx + c0..h * n_ctx + c0 + hi - lo];
+                ops::dot_f16_rows(&k[lo * hd..], &q[h * hd..(h + 1) * hd], p.scale, out);
+            }
+            return;
+        }
+        kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
+        for j in lo..hi {
+            for h in 0..group {
+                let dot = ops::dot_f32(&q[h * hd..(h + 1) * hd], &kbuf[j * hd..(j + 1) * hd]);
+                scores[h * n_ctx + c0 + j - lo] = p.scale * dot;
             }
         }
     });
@@ -167,19 +167,23 @@ fn attend_group(
     // Pass 2: probability-weighted sum of values.
     out.fill(0.0);
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
-        let values = kv.v_f16(t.layer, block, t.kv_head, hi);
-        if values.is_none() {
-            kv.read_v(t.layer, block, t.kv_head, hi, kbuf);
-        }
-        for j in lo..hi {
-            let c = base + j - start;
+        let c0 = base + lo - start;
+        if let Some(v) = kv.v_f16(t.layer, block, t.kv_head, hi) {
             for h in 0..group {
-                let w = scores[h * n_ctx + c];
-                let o = &mut out[h * hd..(h + 1) * hd];
-                match values {
-                    Some(v) => ops::axpy_f16(w, &v[j * hd..(j + 1) * hd], o),
-                    None => ops::axpy(w, &kbuf[j * hd..(j + 1) * hd], o),
-                }
+                let w = &scores[h * n_ctx + c0..h * n_ctx + c0 + hi - lo];
+                ops::axpy_f16_rows(w, &v[lo * hd..], &mut out[h * hd..(h + 1) * hd]);
+            }
+            return;
+        }
+        kv.read_v(t.layer, block, t.kv_head, hi, kbuf);
+        for j in lo..hi {
+            for h in 0..group {
+                let w = scores[h * n_ctx + c0 + j - lo];
+                ops::axpy(
+                    w,
+                    &kbuf[j * hd..(j + 1) * hd],
+                    &mut out[h * hd..(h + 1) * hd],
+                );
             }
         }
     });

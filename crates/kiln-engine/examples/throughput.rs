@@ -5,7 +5,8 @@
 //! Each run submits `concurrency` greedy requests (96-token prompts, 64 new tokens, EOS
 //! ignored) at once straight to an `EngineCore` (no HTTP), steps until all finish, and
 //! reports generated tokens per second and the share of step time spent outside the
-//! model's forward pass (scheduling, batch building, sampling, bookkeeping).
+//! model's forward pass (scheduling, batch building, sampling, bookkeeping), then the
+//! per-phase profile of all steps (matmul, attention, other ops, sampling, ...).
 
 use std::time::Instant;
 
@@ -26,8 +27,8 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let path = kiln_testkit::gguf("smollm2-135m-instruct");
-    println!("| concurrency | generated tok/s | steps | host overhead |");
-    println!("|---|---|---|---|");
+    println!("| concurrency | generated tok/s | steps | host overhead | profile |");
+    println!("|---|---|---|---|---|");
     for &c in &levels {
         let model = Model::load(&path, &LoadOptions::detect()).expect("model loads");
         let config = EngineConfig {
@@ -67,11 +68,18 @@ fn main() {
         }
         let secs = start.elapsed().as_secs_f64();
         let s = core.stats.snapshot();
+        let profile = s.profile();
+        let total: f64 = profile.iter().map(|p| p.time.as_secs_f64()).sum();
+        let shares: Vec<String> = profile
+            .iter()
+            .map(|p| format!("{} {:.1}%", p.phase, 100.0 * p.time.as_secs_f64() / total))
+            .collect();
         println!(
-            "| {c} | {:.1} | {} | {:.2}% |",
+            "| {c} | {:.1} | {} | {:.2}% | {} |",
             s.generation_tokens as f64 / secs,
             s.steps,
-            100.0 * s.host_overhead()
+            100.0 * s.host_overhead(),
+            shares.join(", ")
         );
     }
 }

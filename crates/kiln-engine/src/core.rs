@@ -299,6 +299,8 @@ impl EngineCore {
                 }
             }
         }
+        let t_sampled = Instant::now();
+        let forward_profile = self.plan.workspace.profile();
         // Advance computed tokens and publish full blocks to the prefix cache.
         for sc in &self.sched_out.scheduled {
             let seq = &mut self.scheduler.running_mut()[sc.running_index];
@@ -318,6 +320,11 @@ impl EngineCore {
             self.finish(id, reason);
         }
         let t_end = Instant::now();
+        self.stats.step_parts(
+            forward_profile.matmul,
+            forward_profile.attention,
+            t_sampled - t_model,
+        );
         self.stats.step(
             self.sched_out.num_batched_tokens,
             n_sampled,

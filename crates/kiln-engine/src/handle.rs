@@ -48,6 +48,8 @@ pub struct RequestEvents {
     tx: Sender<Command>,
     /// Completions not yet finished.
     live: usize,
+    /// Where consumers add their detokenization time (the per-step profile).
+    pub(crate) stats: EngineStats,
 }
 
 impl RequestEvents {
@@ -164,6 +166,7 @@ impl EngineHandle {
             rx,
             tx: self.tx.clone(),
             live: n,
+            stats: self.stats.clone(),
         })
     }
 

@@ -29,4 +29,4 @@ pub use request::{
     EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
 };
 pub use serving::{ServingModel, ServingOptions};
-pub use stats::{EngineStats, StatsSnapshot};
+pub use stats::{EngineStats, ProfileEntry, StatsSnapshot};

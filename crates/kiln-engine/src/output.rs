@@ -110,7 +110,7 @@ impl TextStream {
         }
         loop {
             let ev = self.events.recv().await?;
-            if let Some(out) = self.process(ev) {
+            if let Some(out) = self.timed_process(ev) {
                 return Some(out);
             }
         }
@@ -123,10 +123,17 @@ impl TextStream {
         }
         loop {
             let ev = self.events.blocking_recv()?;
-            if let Some(out) = self.process(ev) {
+            if let Some(out) = self.timed_process(ev) {
                 return Some(out);
             }
         }
+    }
+
+    fn timed_process(&mut self, ev: EngineEvent) -> Option<TextEvent> {
+        let start = std::time::Instant::now();
+        let out = self.process(ev);
+        self.events.stats.detokenized(start.elapsed());
+        out
     }
 
     fn process(&mut self, ev: EngineEvent) -> Option<TextEvent> {

@@ -27,6 +27,10 @@ struct Inner {
     schedule_ns: AtomicU64,
     model_ns: AtomicU64,
     update_ns: AtomicU64,
+    matmul_ns: AtomicU64,
+    attention_ns: AtomicU64,
+    sample_ns: AtomicU64,
+    detokenize_ns: AtomicU64,
 }
 
 /// A cheap, cloneable view of the engine's counters.
@@ -58,9 +62,45 @@ pub struct StatsSnapshot {
     pub model_time: Duration,
     /// Time sampling and updating state after the forward pass.
     pub update_time: Duration,
+    /// Parts of `model_time`: weight matmuls and paged attention (the rest is norms,
+    /// RoPE, activations, residuals and the embedding lookup).
+    pub matmul_time: Duration,
+    pub attention_time: Duration,
+    /// Part of `update_time`: sampling and prompt logprobs.
+    pub sample_time: Duration,
+    /// Detokenization and stop-string matching, on the consumers' threads.
+    pub detokenize_time: Duration,
+}
+
+/// One phase's share of the time accounted for, for the per-step profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileEntry {
+    pub phase: &'static str,
+    pub time: Duration,
 }
 
 impl StatsSnapshot {
+    /// Where step time went, by phase: scheduling (and batch building), matmul,
+    /// attention, other model ops, sampling, the rest of the update, and detokenization.
+    pub fn profile(&self) -> Vec<ProfileEntry> {
+        let ops = self
+            .model_time
+            .saturating_sub(self.matmul_time + self.attention_time);
+        let rest = self.update_time.saturating_sub(self.sample_time);
+        [
+            ("schedule", self.schedule_time),
+            ("matmul", self.matmul_time),
+            ("attention", self.attention_time),
+            ("norm_rope_act", ops),
+            ("sampling", self.sample_time),
+            ("update", rest),
+            ("detokenize", self.detokenize_time),
+        ]
+        .into_iter()
+        .map(|(phase, time)| ProfileEntry { phase, time })
+        .collect()
+    }
+
     /// Share of step time spent outside the model's kernels.
     pub fn host_overhead(&self) -> f64 {
         let host = (self.schedule_time + self.update_time).as_secs_f64();
@@ -114,6 +154,22 @@ impl EngineStats {
         i.update_ns.fetch_add(update.as_nanos() as u64, Relaxed);
     }
 
+    /// Adds one step's forward-pass breakdown and sampling time.
+    pub(crate) fn step_parts(&self, matmul: Duration, attention: Duration, sample: Duration) {
+        let i = &self.0;
+        i.matmul_ns.fetch_add(matmul.as_nanos() as u64, Relaxed);
+        i.attention_ns
+            .fetch_add(attention.as_nanos() as u64, Relaxed);
+        i.sample_ns.fetch_add(sample.as_nanos() as u64, Relaxed);
+    }
+
+    /// Adds time a consumer spent turning tokens into text.
+    pub(crate) fn detokenized(&self, time: Duration) {
+        self.0
+            .detokenize_ns
+            .fetch_add(time.as_nanos() as u64, Relaxed);
+    }
+
     pub(crate) fn set_gauges(
         &self,
         running: usize,
@@ -152,6 +208,10 @@ impl EngineStats {
             schedule_time: Duration::from_nanos(l(&i.schedule_ns)),
             model_time: Duration::from_nanos(l(&i.model_ns)),
             update_time: Duration::from_nanos(l(&i.update_ns)),
+            matmul_time: Duration::from_nanos(l(&i.matmul_ns)),
+            attention_time: Duration::from_nanos(l(&i.attention_ns)),
+            sample_time: Duration::from_nanos(l(&i.sample_ns)),
+            detokenize_time: Duration::from_nanos(l(&i.detokenize_ns)),
         }
     }
 }

@@ -7,6 +7,9 @@
 use kiln_backend::{
     matmul, paged_attention, AttentionParams, KvCache, MatmulScratch, QMatrix, ThreadPool,
 };
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
 use kiln_kernels::{ops, KernelTable};
 
 use crate::config::{Activation, ModelConfig};
@@ -19,6 +22,9 @@ pub(crate) struct Ctx<'a> {
     pub weights: &'a Weights,
     pub pool: &'a ThreadPool,
     pub kt: &'static KernelTable,
+    /// Time spent in matmuls and in attention during this pass (for the profile).
+    pub matmul_time: Cell<Duration>,
+    pub attention_time: Cell<Duration>,
 }
 
 impl Ctx<'_> {
@@ -30,6 +36,7 @@ impl Ctx<'_> {
         out: &mut [f32],
         act: &mut MatmulScratch,
     ) {
+        let start = Instant::now();
         matmul(
             self.pool,
             self.kt,
@@ -39,6 +46,8 @@ impl Ctx<'_> {
             &mut out[..rows * w.rows],
             act,
         );
+        self.matmul_time
+            .set(self.matmul_time.get() + start.elapsed());
     }
 
     /// Runs every layer over the batch and writes logits for `batch.logits_rows`.
@@ -137,6 +146,7 @@ impl Ctx<'_> {
             window: if local { cfg.sliding_window } else { None },
             max_context: ws.max_context.unwrap_or(cfg.context_length),
         };
+        let start = Instant::now();
         paged_attention(
             self.pool,
             kv,
@@ -148,6 +158,8 @@ impl Ctx<'_> {
             batch.block_tables,
             &mut ws.attn[..n * qd],
         );
+        self.attention_time
+            .set(self.attention_time.get() + start.elapsed());
         self.linear(&lw.wo, &ws.attn, n, &mut ws.o, &mut ws.act);
         if let Some(w) = &lw.post_attn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);

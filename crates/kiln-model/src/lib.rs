@@ -25,7 +25,7 @@ pub use batch::BatchInput;
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{Error, Result};
 pub use kiln_backend::SeqSpan;
-pub use workspace::Workspace;
+pub use workspace::{ForwardProfile, Workspace};
 
 /// A loaded model: configuration, weights bound to the file mapping, and the worker pool.
 pub struct Model {
@@ -158,8 +158,17 @@ impl Model {
             weights: &self.weights,
             pool: &self.pool,
             kt: self.kernels,
+            matmul_time: Default::default(),
+            attention_time: Default::default(),
         };
+        let start = std::time::Instant::now();
         ctx.forward(batch, kv, ws);
+        let (matmul, attention) = (ctx.matmul_time.get(), ctx.attention_time.get());
+        ws.profile = ForwardProfile {
+            matmul,
+            attention,
+            other: start.elapsed().saturating_sub(matmul + attention),
+        };
         Ok(&mut ws.logits[..m * self.config.vocab_size])
     }
 }

@@ -1,6 +1,19 @@
 //! Activation buffers for a forward step, reused across steps.
 
+use std::time::Duration;
+
 use crate::config::ModelConfig;
+
+/// Where the last forward pass spent its time (the engine's per-step profile reads it).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ForwardProfile {
+    /// Weight matrix multiplies, activation quantization included (LM head too).
+    pub matmul: Duration,
+    /// Paged attention (scores, softmax, weighted values).
+    pub attention: Duration,
+    /// Everything else: embedding lookup, norms, RoPE, KV writes, activations, residuals.
+    pub other: Duration,
+}
 
 /// Scratch memory sized for a number of rows; grows when a larger batch arrives and is
 /// otherwise reused, so steady-state steps don't allocate.
@@ -23,11 +36,17 @@ pub struct Workspace {
     /// Longest sequence the caller will run (sizes attention scratch once); `None` means
     /// the model's context length.
     pub(crate) max_context: Option<usize>,
+    pub(crate) profile: ForwardProfile,
 }
 
 impl Workspace {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The time breakdown of the last forward pass run in this workspace.
+    pub fn profile(&self) -> ForwardProfile {
+        self.profile
     }
 
     /// Makes room for `rows` tokens and `logits_rows` rows of logits.

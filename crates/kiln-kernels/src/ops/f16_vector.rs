@@ -33,6 +33,42 @@ pub fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
     axpy_f16_scalar(alpha, v, y);
 }
 
+/// `out[j] = scale · dot_f16(keys[j], q)` for each `q.len()`-wide row of `keys` (one
+/// block of cached keys against one query head): one feature check per block.
+pub fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
+    let hd = q.len().max(1);
+    check_len("dot_f16_rows", "out", keys.len() / hd, out.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
+            // SAFETY: the CPU supports AVX and F16C (checked just above).
+            *o = scale * unsafe { x86::dot_f16(k, q) };
+        }
+        return;
+    }
+    for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
+        *o = scale * dot_f16_scalar(k, q);
+    }
+}
+
+/// `y += w[j] · values[j]` for each `y.len()`-wide row of `values`, in row order (so
+/// the result is bit-identical to one [`axpy_f16`] per row).
+pub fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
+    let hd = y.len().max(1);
+    check_len("axpy_f16_rows", "w", values.len() / hd, w.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
+            // SAFETY: the CPU supports AVX and F16C (checked just above).
+            unsafe { x86::axpy_f16(a, v, y) };
+        }
+        return;
+    }
+    for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
+        axpy_f16_scalar(a, v, y);
+    }
+}
+
 /// The reference for [`dot_f16`].
 pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
@@ -67,6 +103,7 @@ mod x86 {
 
     use super::LANES;
 
+    #[inline]
     #[target_feature(enable = "avx,f16c")]
     pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
         let chunks = k.len() / LANES;
@@ -93,6 +130,7 @@ mod x86 {
         lanes.iter().sum::<f32>() + tail
     }
 
+    #[inline]
     #[target_feature(enable = "avx,f16c")]
     pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
         let chunks = v.len() / LANES;
@@ -143,6 +181,22 @@ mod tests {
                 let mut got = y.clone();
                 f(alpha, &k, &mut got);
                 prop_assert!(got.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+            // Row forms: `k` as rows of 4 (when it divides), against per-row calls.
+            if !k.is_empty() && k.len() % 4 == 0 {
+                let rows = k.len() / 4;
+                let mut scores = vec![0f32; rows];
+                dot_f16_rows(&k, &q[..4], 0.5, &mut scores);
+                for (j, s) in scores.iter().enumerate() {
+                    prop_assert_eq!(s.to_bits(), (0.5 * dot_f16(&k[j * 4..j * 4 + 4], &q[..4])).to_bits());
+                }
+                let mut got = y[..4].to_vec();
+                let mut want = y[..4].to_vec();
+                axpy_f16_rows(&q[..rows], &k, &mut got);
+                for j in 0..rows {
+                    axpy_f16(q[j], &k[j * 4..j * 4 + 4], &mut want);
+                }
+                prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
             }
         }
     }

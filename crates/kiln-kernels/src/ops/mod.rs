@@ -18,7 +18,9 @@ pub use activation::{
     silu_inplace, swiglu, swiglu_inplace,
 };
 pub use convert::{bf16_to_f32_row, f16_to_f32_row, f32_to_bf16_row, f32_to_f16_row};
-pub use f16_vector::{axpy_f16, axpy_f16_scalar, dot_f16, dot_f16_scalar};
+pub use f16_vector::{
+    axpy_f16, axpy_f16_rows, axpy_f16_scalar, dot_f16, dot_f16_rows, dot_f16_scalar,
+};
 pub use norm::{rms_norm, rms_norm_inplace};
 pub use rope::{rope_inplace, RopeStyle};
 pub use softmax::softmax_inplace;
