@@ -1,7 +1,7 @@
 //! Causal attention over paged K/V, for a flat batch of tokens from many sequences.
 //!
-//! Each task handles one (token, KV head) pair and all query heads that share that KV
-//! head (GQA/MQA), so each key is converted from the cache once per group. Scores are kept
+//! Each task handles one token and one query head when the cache is f16 (read in place),
+//! or one KV head's whole GQA group otherwise (so each key is converted once per group). Scores are kept
 //! per task in a thread-local buffer that grows once and is then reused, so steady-state
 //! steps don't allocate.
 //!
@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use kiln_kernels::ops;
 
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvDtype};
 use crate::pool::ThreadPool;
 use crate::sync_ptr::SyncPtr;
 
@@ -88,23 +88,26 @@ pub fn paged_attention(
     assert_eq!(q.len(), n_rows * q_width, "attention q shape");
     assert_eq!(out.len(), n_rows * q_width, "attention out shape");
     let out_ptr = SyncPtr::new(out);
-    pool.run(n_rows * p.n_kv_heads, |task| {
-        let (row, g) = (task / p.n_kv_heads, task % p.n_kv_heads);
+    let group = p.n_heads / p.n_kv_heads;
+    // An f16 cache is read in place, so each query head can be its own task (better
+    // balance across threads at small batches); other element types are converted a
+    // block at a time, which a GQA group's heads then share.
+    let heads_per_task = if kv.dtype == KvDtype::F16 { 1 } else { group };
+    let tasks_per_row = p.n_heads / heads_per_task;
+    pool.run(n_rows * tasks_per_row, |task| {
+        let (row, h0) = (task / tasks_per_row, task % tasks_per_row * heads_per_task);
         let seq_idx = seqs.partition_point(|s| s.start + s.len <= row);
         let Some(seq) = seqs.get(seq_idx) else { return };
-        let group = p.n_heads / p.n_kv_heads;
-        let q_row = &q[row * q_width..(row + 1) * q_width];
-        let q_group = &q_row[g * group * p.head_dim..(g + 1) * group * p.head_dim];
-        // SAFETY: each (row, group) task owns its slice of the output row.
-        let o = unsafe {
-            out_ptr.slice_mut(row * q_width + g * group * p.head_dim, group * p.head_dim)
-        };
+        let cols = h0 * p.head_dim..(h0 + heads_per_task) * p.head_dim;
+        let q_heads = &q[row * q_width..(row + 1) * q_width][cols.clone()];
+        // SAFETY: each (row, heads) task owns its slice of the output row.
+        let o = unsafe { out_ptr.slice_mut(row * q_width + cols.start, cols.len()) };
         let task = GroupTask {
             layer,
-            kv_head: g,
+            kv_head: h0 / group,
             block_table: seq.block_table(block_tables),
             pos: positions[row] as usize,
-            q_group,
+            q_group: q_heads,
         };
         SCRATCH.with(|s| attend_group(kv, p, &task, o, &mut s.borrow_mut()));
     });
@@ -139,7 +142,8 @@ fn attend_group(
         s.kbuf.resize(bs * hd, 0.0);
     }
     s.q.clear();
-    s.q.extend(t.q_group.iter().map(|&x| round_f16(x)));
+    s.q.extend_from_slice(t.q_group);
+    ops::round_f16_inplace(&mut s.q);
     let (scores, kbuf, q) = (&mut s.scores, &mut s.kbuf, &s.q);
     // Pass 1: scaled scores for every visible position. An f16 cache is read in place.
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
@@ -162,7 +166,7 @@ fn attend_group(
     for h in 0..group {
         let row = &mut scores[h * n_ctx..(h + 1) * n_ctx];
         softmax_f32(row);
-        row.iter_mut().for_each(|w| *w = round_f16(*w));
+        ops::round_f16_inplace(row);
     }
     // Pass 2: probability-weighted sum of values.
     out.fill(0.0);
@@ -210,11 +214,6 @@ fn for_each_block(
         let hi = end.min(base + bs) - base;
         f(block as usize, base, lo, hi);
     }
-}
-
-#[inline]
-fn round_f16(x: f32) -> f32 {
-    half::f16::from_f32(x).to_f32()
 }
 
 /// Softmax with an f32 running sum. Deliberately not `ops::softmax_inplace` (which sums in

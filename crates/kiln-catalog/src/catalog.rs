@@ -372,6 +372,39 @@ static CATALOG: &[ModelSpec] = &[
         ],
     },
     ModelSpec {
+        name: "nanoguard-prompt-injection",
+        aliases: &["@kiln/nanoguard", "nanoguard"],
+        task: Task::TextClassification,
+        architecture: "nanoguard",
+        // The loader converts these once to safetensors + tokenizer.json beside them.
+        description: "NanoGuard prompt-injection classifier, 16.8M params, labels safe / injection",
+        license: "MIT",
+        files: &[
+            FileSpec {
+                file_name: "model.pt",
+                parts: &[Part {
+                    package: "metatronnanoguard",
+                    version: "0.1.0",
+                    member: "nanoguard/assets/model.pt",
+                    download_size: 53_687_867,
+                }],
+                size: 58_738_997,
+                sha256: Some("80a6f31ce7ff6ccbeff0aa5867ae75ae4b33568b40e83bb5968ed6677ec1262e"),
+            },
+            FileSpec {
+                file_name: "tokenizer.pkl",
+                parts: &[Part {
+                    package: "metatronnanoguard",
+                    version: "0.1.0",
+                    member: "nanoguard/assets/tokenizer.pkl",
+                    download_size: 53_687_867,
+                }],
+                size: 91_647,
+                sha256: Some("e81fa2a4d6202a18d05a50dfe8eb101042512056b2d0492c929e8fea4fa02246"),
+            },
+        ],
+    },
+    ModelSpec {
         name: "sharegpt-v3",
         aliases: &["@kiln/sharegpt-v3", "sharegpt"],
         task: Task::Dataset,

@@ -6,14 +6,15 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
-use crate::routes::{chat, completions, health, metrics, models, tokenize, workers_ai};
+use crate::routes::{admin, chat, completions, health, metrics, models, tokenize, workers_ai};
 use crate::state::AppState;
 
 /// The whole HTTP API over `state`.
 ///
 /// API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`) need an API key when
-/// keys are configured and answer 503 once shutdown has begun; `/health`, `/ready` and
-/// `/metrics` are always open, for orchestrators and scrapers.
+/// keys are configured and answer 503 once shutdown has begun; `/admin/*` needs an admin
+/// key (see [`crate::auth`]); `/health`, `/ready` and `/metrics` are always open, for
+/// orchestrators and scrapers.
 pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
@@ -28,12 +29,19 @@ pub fn app(state: AppState) -> Router {
             crate::auth::require_api_key,
         ))
         .route_layer(from_fn_with_state(state.clone(), shutdown_gate));
+    let admin = Router::new()
+        .route("/admin/usage", get(admin::usage))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            crate::auth::require_admin_key,
+        ));
     let ops = Router::new()
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(metrics::metrics));
     let limit = state.config().body_limit;
-    api.merge(ops)
+    api.merge(admin)
+        .merge(ops)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -1,5 +1,8 @@
-//! Bearer API keys: when any are configured, API routes need
-//! `Authorization: Bearer <key>`; a missing or wrong key gets 401.
+//! Bearer keys: when API keys are configured, API routes need
+//! `Authorization: Bearer <key>` (a missing or wrong key gets 401) and the request is
+//! metered under that key's id; without keys every request is `anonymous`. `/admin/*`
+//! needs an admin key when one is configured, is open when no key of any kind is, and is
+//! closed (403) when only API keys are.
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -7,34 +10,76 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::lease::Caller;
+use crate::state::{ApiKey, AppState};
 
-pub async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn require_api_key(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let keys = &state.config().api_keys;
     if keys.is_empty() {
+        req.extensions_mut().insert(Caller::anonymous());
         return next.run(req).await;
     }
-    let token = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim());
-    match token {
+    match bearer(&req).map(|t| matching(keys, t)) {
         None => ApiError::Unauthorized(
             "missing API key: send it as `Authorization: Bearer <key>`".into(),
         )
         .into_response(),
-        Some(t)
-            if keys
-                .iter()
-                .any(|k| constant_time_eq(k.as_bytes(), t.as_bytes())) =>
-        {
+        Some(Some(key)) => {
+            let caller = Caller {
+                key_id: kiln_usage::key_id(&key.key),
+                label: key.label.clone(),
+            };
+            req.extensions_mut().insert(caller);
             next.run(req).await
         }
-        Some(_) => ApiError::Unauthorized("invalid API key".into()).into_response(),
+        Some(None) => ApiError::Unauthorized("invalid API key".into()).into_response(),
     }
+}
+
+pub async fn require_admin_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let config = state.config();
+    if config.admin_keys.is_empty() {
+        if config.api_keys.is_empty() {
+            return next.run(req).await;
+        }
+        return ApiError::Forbidden(
+            "admin endpoints are closed: API keys are configured but no admin key is \
+             (start the server with --admin-key)"
+                .into(),
+        )
+        .into_response();
+    }
+    match bearer(&req).map(|t| matching(&config.admin_keys, t)) {
+        None => ApiError::Unauthorized(
+            "missing admin key: send it as `Authorization: Bearer <key>`".into(),
+        )
+        .into_response(),
+        Some(Some(_)) => next.run(req).await,
+        Some(None) => ApiError::Unauthorized("invalid admin key".into()).into_response(),
+    }
+}
+
+/// The bearer token of the request, if it sent one.
+fn bearer(req: &Request) -> Option<&str> {
+    req.headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+}
+
+fn matching<'k>(keys: &'k [ApiKey], token: &str) -> Option<&'k ApiKey> {
+    keys.iter()
+        .find(|k| constant_time_eq(k.key.as_bytes(), token.as_bytes()))
 }
 
 /// Compares without an early exit, so response timing doesn't reveal how much of a

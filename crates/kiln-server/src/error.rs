@@ -59,6 +59,22 @@ pub enum ApiError {
     ModelLoading { model: String },
     #[error("model `{model}` failed to load: {reason}")]
     ModelUnavailable { model: String, reason: String },
+    #[error(
+        "model `{model}` needs {need_mib:.1} MiB but only {free_mib:.1} MiB of the {budget_mib:.1} \
+         MiB model memory budget (--models-memory) can be freed: the rest is held by pinned \
+         models and models with requests in flight; retry later or raise the budget",
+        need_mib = mib(*.need),
+        free_mib = mib(.budget.saturating_sub(*.held)),
+        budget_mib = mib(*.budget)
+    )]
+    NoRoom {
+        model: String,
+        need: u64,
+        budget: u64,
+        held: u64,
+    },
+    #[error("{0}")]
+    Forbidden(String),
     #[error("the engine aborted the request")]
     Aborted,
     #[error("internal error: {0}")]
@@ -83,11 +99,13 @@ impl ApiError {
             }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::QueueFull { .. } | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::ShuttingDown
             | ApiError::ModelLoading { .. }
-            | ApiError::ModelUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::ModelUnavailable { .. }
+            | ApiError::NoRoom { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Aborted | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -96,6 +114,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         match self.status() {
             StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             s if s.is_server_error() => "server_error",
@@ -119,6 +138,8 @@ impl ApiError {
             ApiError::ShuttingDown => "shutting_down",
             ApiError::ModelLoading { .. } => "model_loading",
             ApiError::ModelUnavailable { .. } => "model_unavailable",
+            ApiError::NoRoom { .. } => "model_memory_exhausted",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::Aborted => "aborted",
             ApiError::Internal(_) => "internal_error",
         }
@@ -130,7 +151,8 @@ impl ApiError {
             ApiError::ContextLength { param, .. } => Some(param.clone()),
             ApiError::ModelNotFound { .. }
             | ApiError::ModelLoading { .. }
-            | ApiError::ModelUnavailable { .. } => Some("model".into()),
+            | ApiError::ModelUnavailable { .. }
+            | ApiError::NoRoom { .. } => Some("model".into()),
             _ => None,
         }
     }
@@ -158,7 +180,10 @@ impl IntoResponse for ApiError {
         let headers = resp.headers_mut();
         if matches!(
             self,
-            ApiError::QueueFull { .. } | ApiError::Busy { .. } | ApiError::ModelLoading { .. }
+            ApiError::QueueFull { .. }
+                | ApiError::Busy { .. }
+                | ApiError::ModelLoading { .. }
+                | ApiError::NoRoom { .. }
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
@@ -204,13 +229,10 @@ pub enum Error {
     },
     #[error("server error: {0}")]
     Serve(#[source] std::io::Error),
-    #[error("cannot load model `{model}` from {path}: {source}")]
-    Load {
-        model: String,
-        path: std::path::PathBuf,
-        #[source]
-        source: Box<kiln_engine::Error>,
-    },
+    #[error("cannot load pinned model `{model}`: {reason}")]
+    Load { model: String, reason: String },
+    #[error("usage metering: {0}")]
+    Usage(#[from] kiln_usage::Error),
     #[error("no models to serve")]
     NoModels,
     #[error("two served models are both called `{0}`")]
@@ -218,6 +240,10 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,11 @@
 //! One admitted request in flight: its engine streams (one per prompt), merged, with
 //! per-choice bookkeeping for usage and metrics.
 //!
-//! A [`Generation`] owns the engine's `TextStream`s and the admission [`Permit`]:
-//! dropping it (a client that went away, a finished response) aborts whatever is still
-//! running in the engine, freeing its KV blocks, and releases the permit.
+//! A [`Generation`] owns the engine's `TextStream`s, the admission [`Permit`] and the
+//! model's [`Lease`]: dropping it (a client that went away, a finished response) aborts
+//! whatever is still running in the engine, freeing its KV blocks, releases the permit
+//! and the model, and records the request's usage: whatever it consumed, finished or not
+//! (a choice cut short counts the tokens it had produced).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +17,8 @@ use kiln_engine::{FinishReason, GenerateRequest, SeqTimings, ServingModel};
 
 use crate::admission::Permit;
 use crate::error::ApiError;
-use crate::state::ModelSlot;
+use crate::lease::Lease;
+use crate::slot::ModelSlot;
 
 /// One event of one choice; `choice` is `prompt_index * n + index` (OpenAI's order).
 #[derive(Debug)]
@@ -28,6 +31,8 @@ pub struct ChoiceEvent {
 struct ChoiceState {
     finished: Option<FinishReason>,
     completion_tokens: usize,
+    /// Tokens seen so far; the count for a choice that never finished.
+    produced: usize,
     last_token_at: Option<Instant>,
 }
 
@@ -38,6 +43,7 @@ pub struct Generation {
     cached: Vec<usize>,
     choices: Vec<ChoiceState>,
     slot: Arc<ModelSlot>,
+    lease: Lease,
     _permit: Permit,
 }
 
@@ -45,7 +51,7 @@ impl Generation {
     /// Submits one engine request per prompt (all with the same `n`).
     pub fn start(
         model: &ServingModel,
-        slot: Arc<ModelSlot>,
+        lease: Lease,
         requests: Vec<GenerateRequest>,
         skip_special: bool,
         permit: Permit,
@@ -63,7 +69,8 @@ impl Generation {
             cached: vec![0; prompt_lens.len()],
             choices: vec![ChoiceState::default(); prompt_lens.len() * n],
             prompt_lens,
-            slot,
+            slot: lease.slot().clone(),
+            lease,
             _permit: permit,
         })
     }
@@ -107,6 +114,7 @@ impl Generation {
                     m.inter_token_latency.observe(now - last);
                 }
                 state.last_token_at = Some(now);
+                state.produced += token_ids.len();
             }
             TextEvent::Delta { .. } | TextEvent::PromptLogprob { .. } => {}
             TextEvent::Finished {
@@ -126,7 +134,14 @@ impl Generation {
     /// Token counts so far (final once every choice has finished).
     pub fn usage(&self) -> Usage {
         let prompt: usize = self.prompt_lens.iter().sum();
-        let completion: usize = self.choices.iter().map(|c| c.completion_tokens).sum();
+        let completion: usize = self
+            .choices
+            .iter()
+            .map(|c| match c.finished {
+                Some(_) => c.completion_tokens,
+                None => c.produced,
+            })
+            .sum();
         let cached: usize = self.cached.iter().sum();
         Usage::new(prompt as u64, completion as u64, cached as u64)
     }
@@ -148,6 +163,7 @@ impl Drop for Generation {
                 "request dropped before it finished; aborting in the engine"
             );
         }
+        self.lease.record_usage(&self.usage());
     }
 }
 

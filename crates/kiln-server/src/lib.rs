@@ -1,10 +1,16 @@
 //! Kiln's OpenAI-compatible HTTP server (axum on tokio).
 //!
 //! [`app`] builds the router over an [`AppState`] (the served models, API keys, limits);
-//! [`run`] binds, loads models in the background, serves, and shuts down gracefully.
-//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-//! `POST /tokenize`, `POST /detokenize`, `POST /ai/run/{model}` (Workers AI style),
-//! `GET /health`, `GET /ready`, `GET /metrics` (Prometheus).
+//! [`run`] binds, loads the pinned models in the background, serves, and shuts down
+//! gracefully. Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`,
+//! `GET /v1/models`, `POST /tokenize`, `POST /detokenize`, `POST /ai/run/{model}`
+//! (Workers AI style), `GET /admin/usage`, `GET /health`, `GET /ready`, `GET /metrics`
+//! (Prometheus).
+//!
+//! Models live in [`ModelSlot`]s under one memory budget ([`pool`]): unpinned ones load
+//! on their first request and the least recently used idle ones are unloaded to make
+//! room. A handler takes a [`Lease`] on its model, which keeps it loaded, sets the
+//! `x-kiln-warm` header, and records the request's usage ([`kiln_usage`]).
 //!
 //! Request flow: [`extract`] parses the body (errors name the field), [`validate`]
 //! range-checks it into an engine request, [`prompt`] renders and tokenizes, admission
@@ -18,12 +24,16 @@ mod auth;
 pub mod error;
 pub mod extract;
 pub mod generation;
+pub mod lease;
 mod logprobs;
 pub mod metrics;
 pub mod middleware;
+pub mod pool;
 pub mod prompt;
 mod routes;
 pub mod serve;
+pub mod slot;
+pub mod source;
 pub mod state;
 pub mod stream;
 pub mod validate;
@@ -31,5 +41,8 @@ pub mod validate;
 pub use app::app;
 pub use error::{ApiError, Error, Result};
 pub use kiln_engine::ServingOptions;
-pub use serve::{run, serve, shutdown_signal, ModelSource, ServeOptions};
-pub use state::{AppState, ModelSlot, ServerConfig};
+pub use lease::{CallContext, Caller, Lease, WARM_HEADER};
+pub use serve::{run, serve, shutdown_signal, ServeOptions};
+pub use slot::{LoadedModel, ModelSlot, SlotStatus};
+pub use source::ModelSource;
+pub use state::{ApiKey, AppState, ServerConfig};

@@ -25,6 +25,10 @@ const REQUEST_BUCKETS: &[f64] = &[
     0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
 ];
+/// Model load times in seconds.
+const LOAD_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
+];
 
 #[derive(Default)]
 pub struct Counter(AtomicU64);
@@ -81,6 +85,13 @@ pub struct ModelMetrics {
     pub success_abort: Counter,
     pub rejected_queue_full: Counter,
     pub rejected_busy: Counter,
+    /// Requests whose model was loaded when they arrived, and those that waited for it.
+    pub requests_warm: Counter,
+    pub requests_cold: Counter,
+    /// Times the model was unloaded to make room for another.
+    pub unloads: Counter,
+    pub load_failures: Counter,
+    pub model_load: Histogram,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub e2e_request_latency: Histogram,
@@ -98,6 +109,11 @@ impl Default for ModelMetrics {
             success_abort: Counter::default(),
             rejected_queue_full: Counter::default(),
             rejected_busy: Counter::default(),
+            requests_warm: Counter::default(),
+            requests_cold: Counter::default(),
+            unloads: Counter::default(),
+            load_failures: Counter::default(),
+            model_load: Histogram::new(LOAD_BUCKETS),
             time_to_first_token: Histogram::new(TTFT_BUCKETS),
             inter_token_latency: Histogram::new(ITL_BUCKETS),
             e2e_request_latency: Histogram::new(REQUEST_BUCKETS),
@@ -121,7 +137,10 @@ impl ModelMetrics {
 /// One model's values at scrape time.
 pub struct ModelSample<'a> {
     pub name: &'a str,
+    /// Loaded and serving.
     pub ready: bool,
+    /// Bytes it holds against the model memory budget (0 while unloaded).
+    pub memory_bytes: u64,
     /// `None` while the model loads.
     pub engine: Option<StatsSnapshot>,
     pub admitted: usize,
@@ -175,6 +194,43 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "kiln:model_ready",
         "1 when the model is loaded and serving.",
         &server(|m| f64::from(u8::from(m.ready))),
+    );
+    gauge(
+        &mut out,
+        "kiln:model_loaded",
+        "1 while the model is in memory (0 before its first request or once unloaded).",
+        &server(|m| f64::from(u8::from(m.ready))),
+    );
+    gauge(
+        &mut out,
+        "kiln:model_memory_bytes",
+        "Memory the model holds against --models-memory: weights file plus KV cache \
+         while loading or loaded, else 0.",
+        &server(|m| m.memory_bytes as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:requests_warm_total",
+        "Requests whose model was already loaded when they arrived.",
+        &server(|m| m.metrics.requests_warm.get() as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:requests_cold_total",
+        "Requests that waited for their model to load.",
+        &server(|m| m.metrics.requests_cold.get() as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:model_unloads_total",
+        "Times the model was unloaded to make room for another.",
+        &server(|m| m.metrics.unloads.get() as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:model_load_failures_total",
+        "Loads of the model that failed.",
+        &server(|m| m.metrics.load_failures.get() as f64),
     );
     counter(
         &mut out,
@@ -250,7 +306,12 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
     }
 
     type Pick = fn(&ModelMetrics) -> &Histogram;
-    let hist: [(&str, &str, Pick); 6] = [
+    let hist: [(&str, &str, Pick); 7] = [
+        (
+            "kiln:model_load_seconds",
+            "Time to load the model (weights, tokenizer, KV cache, engine thread).",
+            |m| &m.model_load,
+        ),
         (
             "kiln:time_to_first_token_seconds",
             "Time from arrival to the first generated token.",
@@ -415,6 +476,7 @@ mod tests {
         let text = render(&[ModelSample {
             name: "a\"b",
             ready: true,
+            memory_bytes: 0,
             engine: None,
             admitted: 0,
             metrics: &m,

@@ -1,5 +1,6 @@
-//! Per-request plumbing: an id and a tracing span for every request, panics turned into
-//! 500s, the shutdown gate, and OpenAI-shaped 404/405 fallbacks.
+//! Per-request plumbing: an id and a tracing span for every request, the `x-kiln-warm`
+//! header, panics turned into 500s, the shutdown gate, and OpenAI-shaped 404/405
+//! fallbacks.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::error::ApiError;
+use crate::lease::{Warmth, WARM_HEADER};
 use crate::state::AppState;
 
 /// The server's id of one request (32 hex digits); also the suffix of completion ids
@@ -19,11 +21,14 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
-/// Gives each request an id and a span, logs its status, and turns a panic in a handler
-/// into a 500 for that request alone.
+/// Gives each request an id and a span, logs its status, turns a panic in a handler into
+/// a 500 for that request alone, and, once a handler has taken its model, says in
+/// `x-kiln-warm` whether the model was loaded when the request arrived.
 pub async fn request_context(mut req: Request, next: Next) -> Response {
     let id = format!("{:032x}", rand::random::<u128>());
     req.extensions_mut().insert(RequestId(id.clone()));
+    let warmth = Warmth::default();
+    req.extensions_mut().insert(warmth.clone());
     let span =
         tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let start = Instant::now();
@@ -43,6 +48,10 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
     });
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    if let Some(warm) = warmth.get() {
+        let v = HeaderValue::from_static(if warm { "true" } else { "false" });
+        resp.headers_mut().insert(WARM_HEADER, v);
     }
     resp
 }

@@ -1,10 +1,11 @@
-//! Running the server: bind, load the models in the background (so `/health` answers and
-//! `/ready` says 503 meanwhile), serve, and shut down gracefully.
+//! Running the server: bind, load the pinned models in the background (so `/health`
+//! answers and `/ready` says 503 meanwhile), serve, and shut down gracefully. A server of
+//! one model pins it; other models load on their first request.
 //!
-//! Shutdown, on the `shutdown` future (SIGTERM / Ctrl-C in the binary) or a model that
-//! fails to load: stop accepting connections, answer 503 to new requests on open ones,
-//! let in-flight requests finish for up to `shutdown_timeout`, then drain each engine
-//! and join its thread.
+//! Shutdown, on the `shutdown` future (SIGTERM / Ctrl-C in the binary) or a pinned model
+//! that fails to load: stop accepting connections, answer 503 to new requests on open
+//! ones, let in-flight requests finish for up to `shutdown_timeout`, drain each engine
+//! and join its thread, then commit the usage still queued.
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -12,30 +13,25 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_engine::{ServingModel, ServingOptions};
+use kiln_usage::{Meter, UsageStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::app;
 use crate::error::{Error, Result};
-use crate::state::{AppState, ModelSlot, ServerConfig};
+use crate::slot::ModelSlot;
+pub use crate::source::ModelSource;
+use crate::state::{AppState, ServerConfig};
 
-/// Where to listen and how long to wait for in-flight requests at shutdown.
+/// Where to listen, how long to wait for in-flight requests at shutdown, and where
+/// usage goes.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub addr: SocketAddr,
     pub shutdown_timeout: Duration,
     pub server: ServerConfig,
-}
-
-/// A model to serve: its names, its GGUF file and its engine settings.
-#[derive(Debug, Clone)]
-pub struct ModelSource {
-    pub name: String,
-    pub aliases: Vec<String>,
-    pub task: String,
-    pub path: PathBuf,
-    pub options: ServingOptions,
+    /// The SQLite file usage is metered into; `None`: no metering.
+    pub usage_db: Option<PathBuf>,
 }
 
 /// Serves `models` until `shutdown` completes, then shuts down gracefully.
@@ -60,18 +56,23 @@ pub async fn serve(
     models: Vec<ModelSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let single = models.len() == 1;
     let slots = models
-        .iter()
-        .map(|m| {
-            ModelSlot::new(
-                m.name.clone(),
-                m.aliases.clone(),
-                m.task.clone(),
-                opts.server.max_queued,
-            )
+        .into_iter()
+        .map(|mut m| {
+            m.pin |= single;
+            ModelSlot::from_source(m, opts.server.max_queued)
         })
         .collect();
-    let state = AppState::new(opts.server.clone(), slots)?;
+    let meter = match &opts.usage_db {
+        Some(path) => {
+            let meter = Meter::start(UsageStore::open(path)?)?;
+            tracing::info!(path = %path.display(), "metering usage");
+            Some(Arc::new(meter))
+        }
+        None => None,
+    };
+    let state = AppState::with_meter(opts.server.clone(), slots, meter)?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!("listening on http://{addr}");
 
@@ -88,7 +89,7 @@ pub async fn serve(
     let loader = {
         let state = state.clone();
         let stop_tx = stop_tx.clone();
-        tokio::task::spawn_blocking(move || load_all(&state, models, &stop_tx))
+        tokio::spawn(async move { load_pinned(&state, &stop_tx).await })
     };
 
     let graceful = {
@@ -122,43 +123,44 @@ pub async fn serve(
         }
     };
     state.begin_shutdown();
+    // Shut down mid-start: the load under way is dropped when it finishes. A loader that
+    // already failed has returned its error (it does so without yielding after asking
+    // for the shutdown), which abort leaves intact.
+    loader.abort();
     let load_result = match loader.await {
         Ok(r) => r,
+        Err(e) if e.is_cancelled() => Ok(()),
         Err(e) => Err(Error::Serve(std::io::Error::other(e))),
     };
     shutdown_models(&state).await;
+    let flushed = match state.meter().cloned() {
+        Some(meter) => tokio::task::spawn_blocking(move || meter.flush())
+            .await
+            .map_err(|e| Error::Serve(std::io::Error::other(e)))
+            .and_then(|r| r.map_err(Error::from)),
+        None => Ok(()),
+    };
     tracing::info!("stopped");
-    served.and(load_result)
+    served.and(load_result).and(flushed)
 }
 
-/// Loads each model in turn; on a failure, records it and stops the server.
-fn load_all(state: &AppState, models: Vec<ModelSource>, stop: &watch::Sender<bool>) -> Result<()> {
-    for (slot, src) in state.models().iter().zip(models) {
+/// Loads each pinned model in turn; on a failure, stops the server.
+async fn load_pinned(state: &AppState, stop: &watch::Sender<bool>) -> Result<()> {
+    for slot in state.models().iter().filter(|s| s.pinned) {
         if *stop.borrow() {
             return Ok(());
         }
-        tracing::info!(model = %src.name, path = %src.path.display(), "loading model");
-        match ServingModel::load(&src.name, &src.path, &src.options) {
-            Ok(m) => {
-                tracing::info!(
-                    model = %src.name,
-                    max_model_len = m.engine_config.max_model_len,
-                    kv_blocks = m.engine_config.num_kv_blocks,
-                    max_num_seqs = m.engine_config.max_num_seqs,
-                    "model ready"
-                );
-                slot.set_loaded(Arc::new(m));
-            }
-            Err(source) => {
-                tracing::error!(model = %src.name, error = %source, "cannot load model; shutting down");
-                slot.set_failed(source.to_string());
-                let _ = stop.send(true);
-                return Err(Error::Load {
-                    model: src.name,
-                    path: src.path,
-                    source: Box::new(source),
-                });
-            }
+        if let Err(e) = state.pool().ensure_loaded(slot).await {
+            tracing::error!(model = %slot.name, error = %e, "cannot load pinned model; shutting down");
+            let _ = stop.send(true);
+            let reason = match e {
+                crate::error::ApiError::ModelUnavailable { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            return Err(Error::Load {
+                model: slot.name.clone(),
+                reason,
+            });
         }
     }
     Ok(())
@@ -169,14 +171,9 @@ fn load_all(state: &AppState, models: Vec<ModelSource>, stop: &watch::Sender<boo
 async fn shutdown_models(state: &AppState) {
     for slot in state.models() {
         let Some(model) = slot.take() else { continue };
-        match Arc::try_unwrap(model) {
-            Ok(model) => {
-                let name = slot.name.clone();
-                let _ = tokio::task::spawn_blocking(move || model.shutdown()).await;
-                tracing::info!(model = %name, "engine stopped");
-            }
-            Err(shared) => shared.handle().drain(),
-        }
+        let name = slot.name.clone();
+        let _ = tokio::task::spawn_blocking(move || model.stop()).await;
+        tracing::info!(model = %name, "engine stopped");
     }
 }
 

@@ -1,118 +1,83 @@
-//! What every handler shares: the served models (by name and alias), API keys, limits
-//! and the shutdown flag.
+//! What every handler shares: the served models (by name and alias) under their memory
+//! budget, API and admin keys, limits, the usage meter and the shutdown flag.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_engine::ServingModel;
+use kiln_usage::Meter;
 
-use crate::admission::Admission;
 use crate::error::{ApiError, Error, Result};
-use crate::metrics::ModelMetrics;
+use crate::lease::{CallContext, Lease};
+use crate::pool::ModelPool;
+use crate::slot::{LoadedModel, ModelSlot};
+
+/// One accepted bearer token and the label its usage is reported under.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub key: String,
+    pub label: Option<String>,
+}
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>, label: Option<String>) -> Self {
+        Self {
+            key: key.into(),
+            label,
+        }
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        Self::new(key, None)
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        Self::new(key, None)
+    }
+}
+
+/// Never prints the secret.
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("id", &kiln_usage::key_id(&self.key))
+            .field("label", &self.label)
+            .finish()
+    }
+}
 
 /// Server-wide limits and credentials.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Accepted bearer tokens; empty means no authentication.
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<ApiKey>,
+    /// Keys for `/admin/*`. Without any, those routes are open when `api_keys` is empty
+    /// too, and closed (403) otherwise.
+    pub admin_keys: Vec<ApiKey>,
     /// Sequences that may wait per model beyond the `max_num_seqs` running ones.
     pub max_queued: usize,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// Bytes all loaded models may take together (weights file plus KV cache);
+    /// `None`: no limit.
+    pub models_memory: Option<u64>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             api_keys: Vec::new(),
+            admin_keys: Vec::new(),
             max_queued: 1024,
             body_limit: 4 << 20,
+            models_memory: None,
         }
-    }
-}
-
-/// One served model: names, its loaded engine (once ready), admission and metrics.
-pub struct ModelSlot {
-    pub name: String,
-    pub aliases: Vec<String>,
-    /// Catalogue task, e.g. `text-generation`.
-    pub task: String,
-    /// Unix seconds the slot was created (`created` in `/v1/models`).
-    pub created: u64,
-    model: RwLock<Option<Arc<ServingModel>>>,
-    failure: RwLock<Option<String>>,
-    fingerprint: RwLock<String>,
-    pub admission: Admission,
-    pub metrics: ModelMetrics,
-}
-
-impl ModelSlot {
-    pub fn new(
-        name: impl Into<String>,
-        aliases: Vec<String>,
-        task: impl Into<String>,
-        max_queued: usize,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            aliases,
-            task: task.into(),
-            created: unix_now(),
-            model: RwLock::new(None),
-            failure: RwLock::new(None),
-            fingerprint: RwLock::new(String::new()),
-            admission: Admission::new(max_queued),
-            metrics: ModelMetrics::default(),
-        }
-    }
-
-    /// Marks the model loaded and ready for requests.
-    pub fn set_loaded(&self, model: Arc<ServingModel>) {
-        self.admission
-            .set_max_running(model.engine_config.max_num_seqs);
-        *write(&self.fingerprint) = fingerprint(&self.name, &model);
-        *write(&self.model) = Some(model);
-    }
-
-    /// Records why loading failed; requests get 503 with the reason.
-    pub fn set_failed(&self, reason: String) {
-        *write(&self.failure) = Some(reason);
-    }
-
-    /// The loaded model, or why there is none.
-    pub fn serving(&self) -> std::result::Result<Arc<ServingModel>, ApiError> {
-        if let Some(m) = read(&self.model).as_ref() {
-            return Ok(m.clone());
-        }
-        match read(&self.failure).as_ref() {
-            Some(reason) => Err(ApiError::ModelUnavailable {
-                model: self.name.clone(),
-                reason: reason.clone(),
-            }),
-            None => Err(ApiError::ModelLoading {
-                model: self.name.clone(),
-            }),
-        }
-    }
-
-    pub fn is_ready(&self) -> bool {
-        read(&self.model).is_some()
-    }
-
-    /// Removes the model for shutdown; later requests see it as unavailable.
-    pub fn take(&self) -> Option<Arc<ServingModel>> {
-        write(&self.model).take()
-    }
-
-    /// `system_fingerprint`: changes whenever the model or its serving setup does.
-    pub fn fingerprint(&self) -> String {
-        read(&self.fingerprint).clone()
-    }
-
-    fn is_named(&self, name: &str) -> bool {
-        self.name.eq_ignore_ascii_case(name)
-            || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
     }
 }
 
@@ -121,14 +86,25 @@ impl ModelSlot {
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    models: Vec<Arc<ModelSlot>>,
+    pool: ModelPool,
     config: ServerConfig,
+    meter: Option<Arc<Meter>>,
     shutting_down: AtomicBool,
 }
 
 impl AppState {
-    /// State over `models` (the first is the default for requests that name none).
+    /// State over `models` (the first is the default for requests that name none),
+    /// without usage metering.
     pub fn new(config: ServerConfig, models: Vec<ModelSlot>) -> Result<Self> {
+        Self::with_meter(config, models, None)
+    }
+
+    /// State over `models` whose requests are metered into `meter`.
+    pub fn with_meter(
+        config: ServerConfig,
+        models: Vec<ModelSlot>,
+        meter: Option<Arc<Meter>>,
+    ) -> Result<Self> {
         if models.is_empty() {
             return Err(Error::NoModels);
         }
@@ -140,9 +116,11 @@ impl AppState {
                 }
             }
         }
+        let slots = models.into_iter().map(Arc::new).collect();
         Ok(Self(Arc::new(Inner {
-            models: models.into_iter().map(Arc::new).collect(),
+            pool: ModelPool::new(slots, config.models_memory),
             config,
+            meter,
             shutting_down: AtomicBool::new(false),
         })))
     }
@@ -154,8 +132,8 @@ impl AppState {
         task: &str,
         model: Arc<ServingModel>,
     ) -> Result<Self> {
-        let slot = ModelSlot::new(name, Vec::new(), task, config.max_queued);
-        slot.set_loaded(model);
+        let slot =
+            ModelSlot::preloaded(name, task, LoadedModel::Generate(model), config.max_queued);
         Self::new(config, vec![slot])
     }
 
@@ -164,13 +142,22 @@ impl AppState {
     }
 
     pub fn models(&self) -> &[Arc<ModelSlot>] {
-        &self.0.models
+        self.0.pool.slots()
+    }
+
+    pub fn pool(&self) -> &ModelPool {
+        &self.0.pool
+    }
+
+    /// Where requests' usage goes, when metering is on.
+    pub fn meter(&self) -> Option<&Arc<Meter>> {
+        self.0.meter.as_ref()
     }
 
     /// The model a request names (name or alias, case-insensitive, with or without
     /// Workers AI's `@kiln/` prefix); the first model when it names none.
     pub fn resolve(&self, name: Option<&str>) -> std::result::Result<Arc<ModelSlot>, ApiError> {
-        let models = &self.0.models;
+        let models = self.models();
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return models
                 .first()
@@ -192,6 +179,32 @@ impl AppState {
             })
     }
 
+    /// The named model for one request, loaded (waiting for its load if needed) and held
+    /// until the lease is dropped. Records warm or cold in `ctx` and the metrics.
+    pub async fn lease(
+        &self,
+        name: Option<&str>,
+        ctx: &CallContext,
+    ) -> std::result::Result<Lease, ApiError> {
+        let slot = self.resolve(name)?;
+        let acquired = self.0.pool.acquire(&slot).await.inspect_err(|_| {
+            ctx.warmth.set(false);
+        })?;
+        ctx.warmth.set(acquired.warm);
+        if acquired.warm {
+            slot.metrics.requests_warm.add(1);
+        } else {
+            slot.metrics.requests_cold.add(1);
+        }
+        Ok(Lease {
+            model: acquired.model,
+            warm: acquired.warm,
+            caller: ctx.caller.clone(),
+            meter: self.0.meter.clone(),
+            hold: acquired.hold,
+        })
+    }
+
     /// New requests get 503 from now on; in-flight ones carry on.
     pub fn begin_shutdown(&self) {
         self.0.shutting_down.store(true, Ordering::Release);
@@ -201,9 +214,14 @@ impl AppState {
         self.0.shutting_down.load(Ordering::Acquire)
     }
 
-    /// Every model loaded and not shutting down.
+    /// Every pinned model loaded and not shutting down (unpinned models load on demand).
     pub fn is_ready(&self) -> bool {
-        !self.is_shutting_down() && self.0.models.iter().all(|m| m.is_ready())
+        !self.is_shutting_down()
+            && self
+                .models()
+                .iter()
+                .filter(|m| m.pinned)
+                .all(|m| m.is_ready())
     }
 }
 
@@ -211,34 +229,4 @@ pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// A poisoned lock only means a panic elsewhere mid-write of a plain value; the value
-/// is still usable, so take it rather than spread the panic.
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// `fp_` and 10 hex digits of an FNV-1a hash over Kiln's version, the model name and
-/// the engine settings that change outputs.
-fn fingerprint(name: &str, model: &ServingModel) -> String {
-    let c = &model.engine_config;
-    let key = format!(
-        "{}|{name}|{}|{}|{:?}|{}",
-        env!("CARGO_PKG_VERSION"),
-        c.max_model_len,
-        c.block_size,
-        c.kv_dtype,
-        model.model_config.vocab_size
-    );
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("fp_{:010x}", h & 0xff_ffff_ffff)
 }

@@ -39,6 +39,8 @@ enum Command {
     Bench(Box<cmd::bench::Args>),
     /// Serve models over an OpenAI-compatible HTTP API
     Serve(Box<cmd::serve::Args>),
+    /// Route requests across many `kiln serve` nodes as one service
+    Route(Box<cmd::route::Args>),
     /// Stream one completion to the terminal
     Run(cmd::run::Args),
     /// Chat interactively using the model's chat template
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Models(args) => cmd::models::run(&cli.global, args),
         Command::Bench(args) => cmd::bench::run(&cli.global, *args),
         Command::Serve(args) => cmd::serve::run(&cli.global, *args),
+        Command::Route(args) => cmd::route::run(&cli.global, *args),
         Command::Run(args) => cmd::run::run(&cli.global, args),
         Command::Chat(args) => cmd::chat::run(&cli.global, args),
     };

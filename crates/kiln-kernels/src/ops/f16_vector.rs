@@ -69,6 +69,24 @@ pub fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
     }
 }
 
+/// Rounds every element to the nearest f16 (ties to even) and back, as llama.cpp does to
+/// attention queries and softmax weights; eight at a time with F16C.
+pub fn round_f16_inplace(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::round_f16_inplace(x) };
+    }
+    round_f16_scalar(x);
+}
+
+/// The reference for [`round_f16_inplace`].
+pub fn round_f16_scalar(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = f16::from_f32(*v).to_f32();
+    }
+}
+
 /// The reference for [`dot_f16`].
 pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
@@ -130,6 +148,22 @@ mod x86 {
         lanes.iter().sum::<f32>() + tail
     }
 
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn round_f16_inplace(x: &mut [f32]) {
+        let chunks = x.len() / LANES;
+        for c in 0..chunks {
+            // SAFETY: chunk `c` is in bounds.
+            unsafe {
+                let p = x.as_mut_ptr().add(c * LANES);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
+                _mm256_storeu_ps(p, _mm256_cvtph_ps(h));
+            }
+        }
+        for v in &mut x[chunks * LANES..] {
+            *v = f16::from_f32(*v).to_f32();
+        }
+    }
+
     #[inline]
     #[target_feature(enable = "avx,f16c")]
     pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
@@ -182,6 +216,16 @@ mod tests {
                 f(alpha, &k, &mut got);
                 prop_assert!(got.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()));
             }
+            let mut r = q.clone();
+            let mut r_ref = q.iter().map(|v| v * 70_000.0).collect::<Vec<_>>(); // overflow too
+            let mut r_big = r_ref.clone();
+            round_f16_inplace(&mut r);
+            round_f16_inplace(&mut r_big);
+            round_f16_scalar(&mut r_ref);
+            let mut r_small = q.clone();
+            round_f16_scalar(&mut r_small);
+            prop_assert!(r.iter().zip(&r_small).all(|(a, b)| a.to_bits() == b.to_bits()));
+            prop_assert!(r_big.iter().zip(&r_ref).all(|(a, b)| a.to_bits() == b.to_bits()));
             // Row forms: `k` as rows of 4 (when it divides), against per-row calls.
             if !k.is_empty() && k.len() % 4 == 0 {
                 let rows = k.len() / 4;

@@ -17,6 +17,7 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
@@ -26,10 +27,11 @@ use crate::validate::{Sampling, SamplingFields};
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
+    ctx: CallContext,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let slot = state.resolve(req.model.as_deref())?;
-    let model = slot.serving()?;
+    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let (slot, model) = (lease.slot().clone(), lease.generator()?);
     if let Some(f) = req.response_format.as_ref().filter(|f| f.kind != "text") {
         return Err(ApiError::invalid(
             "response_format",
@@ -94,7 +96,7 @@ pub async fn chat_completions(
     .await?;
     let engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
     let skip_special = req.skip_special_tokens.unwrap_or(true);
-    let gen = Generation::start(&model, slot.clone(), vec![engine_req], skip_special, permit)?;
+    let gen = Generation::start(&model, lease, vec![engine_req], skip_special, permit)?;
 
     let head = Head {
         id: format!("chatcmpl-{}", rid.0),

@@ -17,6 +17,7 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
@@ -29,10 +30,11 @@ pub const MAX_BATCH: usize = 64;
 pub async fn completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
+    ctx: CallContext,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let slot = state.resolve(req.model.as_deref())?;
-    let model = slot.serving()?;
+    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let (slot, model) = (lease.slot().clone(), lease.generator()?);
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(
             "suffix",
@@ -104,7 +106,7 @@ pub async fn completions(
         echoes.push(echo_text);
     }
     let skip_special = req.skip_special_tokens.unwrap_or(true);
-    let gen = Generation::start(&model, slot.clone(), engine_reqs, skip_special, permit)?;
+    let gen = Generation::start(&model, lease, engine_reqs, skip_special, permit)?;
     let head = Head {
         id: format!("cmpl-{}", rid.0),
         created: unix_now(),

@@ -1,5 +1,6 @@
 //! `GET /health` (liveness: 200 while the process is up) and `GET /ready` (200 only when
-//! every model is loaded and the server is not shutting down).
+//! every pinned model is loaded and the server is not shutting down; unpinned models load
+//! on their first request).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -16,7 +17,14 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let models: Vec<Value> = state
         .models()
         .iter()
-        .map(|m| json!({"id": m.name, "ready": m.is_ready()}))
+        .map(|m| {
+            json!({
+                "id": m.name,
+                "ready": m.is_ready(),
+                "pinned": m.pinned,
+                "status": m.status().as_str(),
+            })
+        })
         .collect();
     if state.is_ready() {
         (

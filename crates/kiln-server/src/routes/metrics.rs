@@ -8,17 +8,14 @@ use crate::metrics::{render, ModelSample};
 use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let loaded: Vec<_> = state
-        .models()
-        .iter()
-        .map(|m| (m, m.serving().ok()))
-        .collect();
+    let loaded: Vec<_> = state.models().iter().map(|m| (m, m.loaded())).collect();
     let samples: Vec<ModelSample<'_>> = loaded
         .iter()
         .map(|(slot, model)| ModelSample {
             name: &slot.name,
             ready: model.is_some(),
-            engine: model.as_ref().map(|m| m.handle().stats().snapshot()),
+            memory_bytes: slot.charge(),
+            engine: model.as_ref().and_then(|m| m.engine_stats()),
             admitted: slot.admission.in_flight(),
             metrics: &slot.metrics,
         })

@@ -1,5 +1,6 @@
 //! One module per endpoint, plus what the generation endpoints share.
 
+pub mod admin;
 pub mod chat;
 pub mod completions;
 pub mod health;
@@ -10,7 +11,7 @@ pub mod workers_ai;
 
 use crate::admission::Permit;
 use crate::error::ApiError;
-use crate::state::ModelSlot;
+use crate::slot::ModelSlot;
 
 /// Admits `seqs` sequences to `slot`'s queue, counting refusals in the metrics.
 pub fn admit(slot: &ModelSlot, seqs: usize, reject_if_busy: bool) -> Result<Permit, ApiError> {

@@ -1,36 +1,56 @@
 //! `GET /v1/models` and `GET /v1/models/{model}`.
+//!
+//! Each card is OpenAI's plus Kiln's `task`, `aliases`, `ready` and, for the model
+//! lifecycle, `status` (`loaded`, `unloaded`, `loading` or `failed`, with `load_error`),
+//! `pinned`, `memory_bytes` (its charge against `--models-memory`) and `parameters`
+//! (known once loaded).
 
 use axum::extract::{Path, State};
 use axum::Json;
-use kiln_api::models::{ModelCard, ModelList};
+use kiln_api::models::ModelCard;
+use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::state::{AppState, ModelSlot};
+use crate::slot::{ModelSlot, SlotStatus};
+use crate::state::AppState;
 
-pub async fn list(State(state): State<AppState>) -> Json<ModelList> {
-    Json(ModelList::new(
-        state.models().iter().map(|m| card(m)).collect(),
-    ))
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": state.models().iter().map(|m| card(m)).collect::<Vec<_>>(),
+    }))
 }
 
 pub async fn retrieve(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<ModelCard>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let slot = state.resolve(Some(&name))?;
     Ok(Json(card(&slot)))
 }
 
-fn card(slot: &ModelSlot) -> ModelCard {
-    let model = slot.serving().ok();
-    ModelCard {
+fn card(slot: &ModelSlot) -> Value {
+    let model = slot.loaded();
+    let card = ModelCard {
         id: slot.name.clone(),
         object: "model".into(),
         created: slot.created,
         owned_by: "kiln".into(),
-        max_model_len: model.as_ref().map(|m| m.engine_config.max_model_len),
+        max_model_len: model.as_ref().and_then(|m| m.max_model_len()),
         task: slot.task.clone(),
         aliases: slot.aliases.clone(),
         ready: model.is_some(),
+    };
+    let status = slot.status();
+    let mut v = serde_json::to_value(card).unwrap_or_else(|_| json!({}));
+    if let Some(o) = v.as_object_mut() {
+        o.insert("status".into(), json!(status.as_str()));
+        o.insert("pinned".into(), json!(slot.pinned));
+        o.insert("memory_bytes".into(), json!(slot.memory_bytes()));
+        o.insert("parameters".into(), json!(slot.parameters()));
+        if status == SlotStatus::Failed {
+            o.insert("load_error".into(), json!(slot.failure()));
+        }
     }
+    v
 }

@@ -8,15 +8,17 @@ use kiln_api::tokenize::{
 
 use crate::error::ApiError;
 use crate::extract::ApiJson;
+use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
 
 pub async fn tokenize(
     State(state): State<AppState>,
+    ctx: CallContext,
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    let slot = state.resolve(req.model.as_deref())?;
-    let model = slot.serving()?;
+    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let model = lease.generator()?;
     let input = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) => Err(p),
         PromptInput::Messages(m) => Ok(prompt::to_template_messages(&m, "messages")?),
@@ -54,10 +56,11 @@ pub async fn tokenize(
 
 pub async fn detokenize(
     State(state): State<AppState>,
+    ctx: CallContext,
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    let slot = state.resolve(req.model.as_deref())?;
-    let model = slot.serving()?;
+    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let model = lease.generator()?;
     prompt::check_token_ids(&req.tokens, model.tokenizer.vocab_size(), "tokens")?;
     let m = model.clone();
     let prompt = blocking(move || Ok(m.tokenizer.decode(&req.tokens, false))).await?;

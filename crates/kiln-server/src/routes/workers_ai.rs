@@ -15,6 +15,7 @@ use super::admit;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
@@ -26,10 +27,11 @@ pub const DEFAULT_MAX_TOKENS: u32 = 256;
 pub async fn run(
     State(state): State<AppState>,
     Path(model_name): Path<String>,
+    ctx: CallContext,
     ApiJson(req): ApiJson<AiRunRequest>,
 ) -> Result<Response, ApiError> {
-    let slot = state.resolve(Some(&model_name))?;
-    let model = slot.serving()?;
+    let lease = state.lease(Some(&model_name), &ctx).await?;
+    let (slot, model) = (lease.slot().clone(), lease.generator()?);
     let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
         PromptInput::Text(p) => Ok(vec![ChatMessage::text(Role::User, p)]),
@@ -74,7 +76,7 @@ pub async fn run(
         sampling.set_max_tokens((DEFAULT_MAX_TOKENS as usize).min(room));
     }
     let engine_req = sampling.request(ids, param, max_model_len)?;
-    let gen = Generation::start(&model, slot.clone(), vec![engine_req], true, permit)?;
+    let gen = Generation::start(&model, lease, vec![engine_req], true, permit)?;
     if req.stream.unwrap_or(false) {
         return Ok(sse(gen, AiFormat, tracing::Span::current()));
     }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod models;
 pub mod pull;
+pub mod route;
 pub mod run;
 pub mod serve;
 

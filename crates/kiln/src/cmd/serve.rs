@@ -2,7 +2,8 @@
 //!
 //! With no arguments it serves the default model on 127.0.0.1:8000, fetching it first if
 //! needed. Settings come from flags, then their environment variables, then the
-//! `--config` file, then defaults.
+//! `--config` file, then defaults. Several models share `--models-memory`; pinned ones
+//! (and a lone model) load at start, the others on their first request.
 
 mod config;
 
@@ -12,15 +13,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kiln_catalog::{ModelSpec, Task};
-use kiln_server::{ModelSource, ServeOptions, ServerConfig, ServingOptions};
+use kiln_server::{ApiKey, ModelSource, ServeOptions, ServerConfig, ServingOptions};
 
-use self::config::{FileConfig, Size};
+use self::config::{FileConfig, KeyEntry, Size};
 use super::GlobalArgs;
 use crate::progress::BarProgress;
 
 const DEFAULT_HOST: &str = "127.0.0.1";
 const DEFAULT_PORT: u16 = 8000;
 const DEFAULT_SHUTDOWN_TIMEOUT_S: f64 = 30.0;
+/// Share of the memory available at start that loaded models may take by default.
+const DEFAULT_MODELS_MEMORY_SHARE: f64 = 0.8;
+/// The budget when available memory is unknown.
+const FALLBACK_MODELS_MEMORY: u64 = 8 << 30;
+const USAGE_DB_FILE: &str = "usage.sqlite3";
 
 /// Arguments of `kiln serve`.
 #[derive(Debug, clap::Args)]
@@ -44,6 +50,22 @@ pub struct Args {
     )]
     models: Vec<String>,
 
+    /// Model to load at start and never unload (it is served too); repeat for several.
+    /// A lone served model is always pinned
+    #[arg(
+        long = "pin",
+        value_name = "NAME",
+        env = "KILN_PIN",
+        value_delimiter = ','
+    )]
+    pins: Vec<String>,
+
+    /// Memory all loaded models may take together (weights file plus KV cache), e.g.
+    /// 8GiB; the least recently used idle unpinned model is unloaded to make room
+    /// [default: 80% of the memory available at start]
+    #[arg(long, value_name = "SIZE", env = "KILN_MODELS_MEMORY")]
+    models_memory: Option<Size>,
+
     /// TOML file with any of these settings (flags override it)
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
@@ -57,6 +79,21 @@ pub struct Args {
         hide_env_values = true
     )]
     api_keys: Vec<String>,
+
+    /// Key for the admin endpoints (`GET /admin/usage`); repeat for several. Without
+    /// one they are open when no API key is set, and closed when one is
+    #[arg(
+        long = "admin-key",
+        value_name = "KEY",
+        env = "KILN_ADMIN_KEY",
+        hide_env_values = true
+    )]
+    admin_keys: Vec<String>,
+
+    /// SQLite file where usage per API key and model is kept across restarts
+    /// [default: usage.sqlite3 in the Kiln home (model cache) directory]
+    #[arg(long, value_name = "PATH", env = "KILN_USAGE_DB")]
+    usage_db: Option<PathBuf>,
 
     /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
     /// [default: a quarter of available memory, at most 4GiB]
@@ -145,12 +182,35 @@ fn settings(
         "invalid shutdown timeout {shutdown_timeout}: expected seconds >= 0"
     );
     let defaults = ServerConfig::default();
+    let api_keys: Vec<ApiKey> = if args.api_keys.is_empty() {
+        file.api_keys
+            .unwrap_or_default()
+            .into_iter()
+            .map(KeyEntry::into_parts)
+            .map(|(k, label)| ApiKey::new(k, label))
+            .collect()
+    } else {
+        args.api_keys.into_iter().map(ApiKey::from).collect()
+    };
+    let admin_keys: Vec<ApiKey> = if args.admin_keys.is_empty() {
+        file.admin_keys.unwrap_or_default()
+    } else {
+        args.admin_keys
+    }
+    .into_iter()
+    .map(ApiKey::from)
+    .collect();
+    let models_memory = match args.models_memory.or(file.models_memory) {
+        Some(s) => s.0,
+        None => kiln_engine::serving::available_memory().map_or(FALLBACK_MODELS_MEMORY, |m| {
+            (m as f64 * DEFAULT_MODELS_MEMORY_SHARE) as u64
+        }),
+    };
+    anyhow::ensure!(models_memory > 0, "--models-memory must be more than 0");
     let server = ServerConfig {
-        api_keys: if args.api_keys.is_empty() {
-            file.api_keys.unwrap_or_default()
-        } else {
-            args.api_keys
-        },
+        api_keys,
+        admin_keys,
+        models_memory: Some(models_memory),
         max_queued: args
             .max_queued
             .or(file.max_queued)
@@ -163,8 +223,12 @@ fn settings(
             }),
     };
     anyhow::ensure!(
-        server.api_keys.iter().all(|k| !k.trim().is_empty()),
-        "API keys must not be empty"
+        server
+            .api_keys
+            .iter()
+            .chain(&server.admin_keys)
+            .all(|k| !k.key.trim().is_empty()),
+        "API and admin keys must not be empty"
     );
 
     let mut engine = ServingOptions::detect();
@@ -189,16 +253,22 @@ fn settings(
         engine.max_model_len = Some(n);
     }
 
-    let mut names = if args.models.is_empty() {
-        file.models.unwrap_or_default()
+    // (name, pinned): flags replace the file's list; `--pin` adds to either.
+    let mut names: Vec<(String, bool)> = if args.models.is_empty() {
+        let entries = file.models.unwrap_or_default();
+        entries
+            .iter()
+            .map(|m| (m.name().to_string(), m.pin()))
+            .collect()
     } else {
-        args.models
+        args.models.into_iter().map(|n| (n, false)).collect()
     };
+    names.extend(args.pins.into_iter().map(|n| (n, true)));
     if names.is_empty() {
-        names.push(kiln_catalog::DEFAULT_MODEL.to_string());
+        names.push((kiln_catalog::DEFAULT_MODEL.to_string(), false));
     }
-    let mut specs: Vec<&'static ModelSpec> = Vec::new();
-    for name in &names {
+    let mut specs: Vec<(&'static ModelSpec, bool)> = Vec::new();
+    for (name, pin) in &names {
         let spec = kiln_catalog::find(name)?;
         anyhow::ensure!(
             spec.task == Task::TextGeneration,
@@ -206,13 +276,18 @@ fn settings(
             spec.name,
             spec.task
         );
-        if !specs.iter().any(|s| s.name == spec.name) {
-            specs.push(spec);
+        match specs.iter_mut().find(|(s, _)| s.name == spec.name) {
+            Some((_, p)) => *p |= pin,
+            None => specs.push((spec, *pin)),
         }
     }
     let cache = global.cache()?;
+    let usage_db = args
+        .usage_db
+        .or(file.usage_db)
+        .unwrap_or_else(|| cache.root().join(USAGE_DB_FILE));
     let mut models = Vec::with_capacity(specs.len());
-    for spec in specs {
+    for (spec, pin) in specs {
         let progress = BarProgress::new(spec.name);
         cache
             .ensure(spec, &progress)
@@ -223,12 +298,14 @@ fn settings(
             task: spec.task.as_str().to_string(),
             path: cache.primary_path(spec),
             options: engine.clone(),
+            pin,
         });
     }
     let opts = ServeOptions {
         addr,
         shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
         server,
+        usage_db: Some(usage_db),
     };
     Ok((opts, models))
 }

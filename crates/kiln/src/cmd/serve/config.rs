@@ -6,8 +6,13 @@
 //! ```toml
 //! host = "127.0.0.1"
 //! port = 8000
-//! models = ["smollm2-135m-instruct"]
-//! api_keys = ["sk-local-1"]
+//! # A name, or a table to pin the model (loaded at start, never unloaded).
+//! models = ["smollm2-135m-instruct", { name = "gemma3-270m", pin = true }]
+//! models_memory = "8GiB"
+//! # A key, or a table giving the label its usage is reported under.
+//! api_keys = ["sk-local-1", { key = "sk-team-a", label = "team-a" }]
+//! admin_keys = ["sk-admin"]
+//! usage_db = "/var/lib/kiln/usage.sqlite3"
 //! kv_cache_memory = "2GiB"
 //! max_num_seqs = 64
 //! max_num_batched_tokens = 512
@@ -17,7 +22,7 @@
 //! max_body_size = "4MiB"
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -27,8 +32,11 @@ use serde::Deserialize;
 pub struct FileConfig {
     pub host: Option<String>,
     pub port: Option<u16>,
-    pub models: Option<Vec<String>>,
-    pub api_keys: Option<Vec<String>>,
+    pub models: Option<Vec<ModelEntry>>,
+    pub models_memory: Option<Size>,
+    pub api_keys: Option<Vec<KeyEntry>>,
+    pub admin_keys: Option<Vec<String>>,
+    pub usage_db: Option<PathBuf>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
     pub kv_cache_dtype: Option<String>,
@@ -46,6 +54,58 @@ impl FileConfig {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+}
+
+/// One entry of `models`: a name, or `{ name = "...", pin = true }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    Name(String),
+    Table(ModelTable),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    name: String,
+    #[serde(default)]
+    pin: bool,
+}
+
+impl ModelEntry {
+    pub fn name(&self) -> &str {
+        match self {
+            ModelEntry::Name(n) | ModelEntry::Table(ModelTable { name: n, .. }) => n,
+        }
+    }
+
+    pub fn pin(&self) -> bool {
+        matches!(self, ModelEntry::Table(ModelTable { pin: true, .. }))
+    }
+}
+
+/// One entry of `api_keys`: a key, or `{ key = "...", label = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum KeyEntry {
+    Key(String),
+    Table(KeyTable),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyTable {
+    key: String,
+    label: Option<String>,
+}
+
+impl KeyEntry {
+    pub fn into_parts(self) -> (String, Option<String>) {
+        match self {
+            KeyEntry::Key(k) => (k, None),
+            KeyEntry::Table(KeyTable { key, label }) => (key, label),
+        }
     }
 }
 
@@ -133,7 +193,38 @@ mod tests {
         assert_eq!(c.port, Some(9000));
         assert_eq!(c.kv_cache_memory, Some(Size(2 << 30)));
         assert_eq!(c.max_body_size, Some(Size(1024)));
+        assert_eq!(
+            c.models.as_deref(),
+            Some(&[ModelEntry::Name("smollm2".into())][..])
+        );
         let typo = toml::from_str::<FileConfig>("max_num_seq = 4").expect_err("unknown key");
         assert!(typo.to_string().contains("max_num_seq"), "{typo}");
+    }
+
+    #[test]
+    fn pinned_models_and_labelled_keys() {
+        let c: FileConfig = toml::from_str(
+            "models = [\"a\", { name = \"b\", pin = true }, { name = \"c\" }]\n\
+             api_keys = [\"k1\", { key = \"k2\", label = \"team\" }]\n\
+             admin_keys = [\"adm\"]\nmodels_memory = \"1GiB\"\nusage_db = \"u.db\"",
+        )
+        .expect("valid");
+        let models = c.models.expect("models");
+        let pins: Vec<(&str, bool)> = models.iter().map(|m| (m.name(), m.pin())).collect();
+        assert_eq!(pins, [("a", false), ("b", true), ("c", false)]);
+        let keys: Vec<_> = c
+            .api_keys
+            .expect("keys")
+            .into_iter()
+            .map(KeyEntry::into_parts)
+            .collect();
+        assert_eq!(
+            keys,
+            [("k1".into(), None), ("k2".into(), Some("team".into()))]
+        );
+        assert_eq!(c.models_memory, Some(Size(1 << 30)));
+        assert_eq!(c.usage_db.as_deref(), Some(Path::new("u.db")));
+        let bad = toml::from_str::<FileConfig>("models = [{ name = \"a\", pinned = true }]");
+        assert!(bad.is_err(), "a misspelt model key is an error");
     }
 }

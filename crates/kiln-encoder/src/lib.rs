@@ -1,0 +1,42 @@
+//! Encoder models: sentence embeddings and text classification.
+//!
+//! - [`Embedder`]: a BERT sentence encoder (all-MiniLM-L6-v2) loaded from
+//!   `model.safetensors` + `tokenizer.json`, with sentence-transformers' mean pooling and
+//!   L2 normalisation; checked against sentence-transformers itself.
+//! - [`Classifier`]: the NanoGuard prompt-injection classifier. Its package ships a
+//!   PyTorch pickle and a pickled tiktoken tokenizer; [`nanoguard::convert`] turns them
+//!   into `model.safetensors`, `tokenizer.json` and `config.json` on first load, without
+//!   Python, byte for byte as `scripts/fixtures/nanoguard_convert.py` does with torch.
+//!
+//! Both run many texts per forward pass (sequences packed without padding, attention
+//! kept within each), f32 throughout, with the matrix products split over a
+//! [`kiln_backend::ThreadPool`]. Both are `Send + Sync`. Inputs longer than the model
+//! accepts are an [`Error::InputTooLong`] unless the caller asks for truncation.
+
+mod attention;
+mod bert;
+mod error;
+mod gemm;
+mod json;
+mod linear;
+pub mod nanoguard;
+mod ops;
+mod rows;
+mod threads;
+mod tokenize;
+mod weights;
+
+pub use bert::{Embedder, Embeddings};
+pub use error::{Error, Result};
+pub use nanoguard::{Classification, Classifier, LabelScore};
+
+#[cfg(test)]
+mod tests {
+    /// A server shares one loaded model between request handlers on blocking threads.
+    #[test]
+    fn models_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<super::Embedder>();
+        shareable::<super::Classifier>();
+    }
+}

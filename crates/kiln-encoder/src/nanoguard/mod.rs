@@ -1,0 +1,214 @@
+//! Text classification with NanoGuard, a 16.8M-parameter prompt-injection classifier
+//! (`metatronnanoguard==0.1.0`, MIT).
+//!
+//! The package ships a PyTorch pickle and a pickled tiktoken tokenizer. [`convert`]
+//! rewrites them once as `model.safetensors`, `tokenizer.json` and `config.json` in the
+//! model's directory (what `scripts/fixtures/nanoguard_convert.py` writes with torch);
+//! [`Classifier::load`] does so itself on first load, then reads only those.
+
+mod checkpoint;
+mod config;
+mod convert;
+mod model;
+mod pickle;
+mod st_write;
+mod tiktoken;
+
+use std::path::{Path, PathBuf};
+
+use kiln_backend::ThreadPool;
+
+use crate::error::{Error, Result};
+use crate::json;
+use crate::threads::default_pool;
+use crate::tokenize::{TextTokenizer, Tokens};
+use crate::weights::Tensors;
+use config::NanoGuardConfig;
+pub use convert::{convert, is_converted, KnownFile, OUTPUTS, SOURCES};
+use model::NanoGuardModel;
+
+/// Most inputs per forward pass. Every input is `sequence_len` (512) rows, so this bounds
+/// activation memory (about 12 MiB per input) without changing results.
+const MAX_INPUTS_PER_FORWARD: usize = 4;
+
+/// One class and its probability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelScore {
+    pub label: String,
+    pub score: f32,
+}
+
+/// The result for one input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classification {
+    /// Every class, highest probability first (probabilities sum to 1).
+    pub scores: Vec<LabelScore>,
+    /// Tokens the model read for this input (BOS included, after truncation; padding
+    /// not counted).
+    pub tokens: usize,
+}
+
+impl Classification {
+    /// The most probable class.
+    pub fn top(&self) -> Option<&LabelScore> {
+        self.scores.first()
+    }
+}
+
+/// A loaded NanoGuard classifier. `Send + Sync`: one instance serves concurrent callers.
+pub struct Classifier {
+    model: NanoGuardModel,
+    tokenizer: TextTokenizer,
+    pool: ThreadPool,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Classifier")
+            .field("dir", &self.dir)
+            .field("labels", &self.labels())
+            .field("max_tokens", &self.max_tokens())
+            .finish()
+    }
+}
+
+impl Classifier {
+    /// Loads the converted model in `dir`, first converting the package's `model.pt` and
+    /// `tokenizer.pkl` there when they are present and the conversion is missing or
+    /// stale ([`is_converted`]). The first load needs `dir` to be writable.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let sources_present = SOURCES.iter().all(|s| dir.join(s.file).is_file());
+        if sources_present && !is_converted(dir) {
+            convert(dir, dir)?;
+        }
+        // Without the sources, converted files are taken as they are (e.g. written by the
+        // reference script); the checks below still validate their structure.
+        let missing: Vec<&str> = OUTPUTS
+            .iter()
+            .map(|f| f.file)
+            .filter(|f| !dir.join(f).is_file())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::MissingFiles {
+                dir: dir.to_path_buf(),
+                missing: format!(
+                    "{} (or {} to convert from)",
+                    missing.join(", "),
+                    SOURCES.map(|s| s.file).join(" and ")
+                ),
+            });
+        }
+        let config_path = dir.join("config.json");
+        let cfg: NanoGuardConfig = json::read(&config_path)?;
+        cfg.validate(&config_path)?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = TextTokenizer::load(&tokenizer_path, true)?;
+        for (token, id) in [
+            (&cfg.bos_token, cfg.bos_token_id),
+            (&cfg.pad_token, cfg.pad_token_id),
+        ] {
+            if tokenizer.token_id(token) != Some(id) {
+                return Err(Error::Config {
+                    path: config_path,
+                    field: token.clone(),
+                    reason: format!("id {id} disagrees with {}", tokenizer_path.display()),
+                });
+            }
+        }
+        let tensors = Tensors::open(&dir.join("model.safetensors"))?;
+        let model = NanoGuardModel::load(&tensors, &cfg)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            pool: default_pool(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Replaces the worker pool with one of `n_threads` threads (the caller included).
+    #[must_use]
+    pub fn with_threads(mut self, n_threads: usize) -> Self {
+        self.pool = ThreadPool::new(n_threads);
+        self
+    }
+
+    /// Class names, by the model's logit index.
+    pub fn labels(&self) -> &[String] {
+        &self.model.config().labels
+    }
+
+    /// Most tokens one input may have, BOS included (the model's `sequence_len`).
+    pub fn max_tokens(&self) -> usize {
+        self.model.config().sequence_len
+    }
+
+    /// The ids the model reads for `text` (BOS first, no padding); an input over
+    /// [`Classifier::max_tokens`] is an error unless `truncate`.
+    pub fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>> {
+        Ok(self.encode(0, text, truncate)?.ids)
+    }
+
+    fn encode(&self, index: usize, text: &str, truncate: bool) -> Result<Tokens> {
+        let cfg = self.model.config();
+        let tokens = self
+            .tokenizer
+            .encode(index, text, cfg.sequence_len, truncate)?;
+        if let Some(&bad) = tokens.ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(Error::Tokenize {
+                index,
+                message: format!(
+                    "token id {bad} is outside the model's vocabulary of {}",
+                    cfg.vocab_size
+                ),
+            });
+        }
+        Ok(tokens)
+    }
+
+    /// Classifies `texts`, several per forward pass.
+    ///
+    /// An input over [`Classifier::max_tokens`] is [`Error::InputTooLong`] unless
+    /// `truncate`, which keeps its first tokens as the package does. Nothing is computed
+    /// if any input fails.
+    pub fn classify<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        truncate: bool,
+    ) -> Result<Vec<Classification>> {
+        let cfg = self.model.config();
+        let tokens = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.encode(i, t.as_ref(), truncate))
+            .collect::<Result<Vec<Tokens>>>()?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for batch in tokens.chunks(MAX_INPUTS_PER_FORWARD) {
+            let mut ids = Vec::with_capacity(batch.len() * cfg.sequence_len);
+            for t in batch {
+                ids.extend_from_slice(&t.ids);
+                ids.resize(ids.len() + cfg.sequence_len - t.ids.len(), cfg.pad_token_id);
+            }
+            let n_real: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+            let probs = self.model.forward(&self.pool, &ids, &n_real);
+            for (t, p) in batch.iter().zip(probs.chunks_exact(cfg.num_classes)) {
+                let mut scores: Vec<LabelScore> = cfg
+                    .labels
+                    .iter()
+                    .zip(p)
+                    .map(|(label, &score)| LabelScore {
+                        label: label.clone(),
+                        score,
+                    })
+                    .collect();
+                scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+                out.push(Classification {
+                    scores,
+                    tokens: t.ids.len(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}

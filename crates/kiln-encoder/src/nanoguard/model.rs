@@ -1,0 +1,244 @@
+//! NanoGuard's forward pass: a 4-layer bidirectional transformer (nanochat style) with
+//! mean pooling and a classification head.
+//!
+//! Per `nanoguard/model.py`: token embeddings, RMS-normalised (no weights anywhere, eps =
+//! f32's machine epsilon as `F.rms_norm` defaults to); each block first mixes the stream
+//! with the normalised embeddings (`resid_λ·x + x0_λ·x0`), then pre-norm attention with
+//! RoPE and per-head QK RMS norm, then a `relu²` MLP; a final RMS norm, the mean over the
+//! real tokens, `LayerNorm`, and a linear head.
+//!
+//! Two details decide whether scores match the package's: every input is padded to
+//! `sequence_len` and attention has no mask, so pad tokens are attended to (only the
+//! pooling skips them); and the RoPE tables are rounded to bf16, as the model keeps them.
+
+use half::bf16;
+use kiln_backend::ThreadPool;
+
+use super::config::NanoGuardConfig;
+use crate::attention::{attention, Heads, Span};
+use crate::error::Result;
+use crate::linear::Linear;
+use crate::ops::{layer_norm, mean_rows, relu_squared_inplace, rms_norm};
+use crate::rows::for_each_row_block;
+use crate::weights::Tensors;
+
+/// `torch.finfo(torch.float32).eps`: `F.rms_norm`'s eps when none is given.
+const RMS_EPS: f32 = f32::EPSILON;
+/// `nn.LayerNorm`'s default eps.
+const LAYER_NORM_EPS: f32 = 1e-5;
+
+struct Block {
+    /// `c_q`, `c_k`, `c_v` fused.
+    qkv: Linear,
+    attn_proj: Linear,
+    fc: Linear,
+    mlp_proj: Linear,
+}
+
+pub(crate) struct NanoGuardModel {
+    cfg: NanoGuardConfig,
+    wte: Vec<f32>,
+    blocks: Vec<Block>,
+    resid_lambdas: Vec<f32>,
+    x0_lambdas: Vec<f32>,
+    cls_norm_weight: Vec<f32>,
+    cls_norm_bias: Vec<f32>,
+    cls_head: Linear,
+    /// `cos` and `sin` of each position's rotation angles, `sequence_len × head_dim/2`.
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+}
+
+impl NanoGuardModel {
+    pub fn load(t: &Tensors, cfg: &NanoGuardConfig) -> Result<Self> {
+        let d = cfg.n_embd;
+        let blocks = (0..cfg.n_layer)
+            .map(|i| {
+                let p = format!("transformer.h.{i}");
+                let lin = |name: &str, out: usize, inp: usize| {
+                    Linear::load(t, &format!("{p}.{name}"), out, inp, false)
+                };
+                Ok(Block {
+                    qkv: Linear::concat(vec![
+                        lin("attn.c_q", d, d)?,
+                        lin("attn.c_k", d, d)?,
+                        lin("attn.c_v", d, d)?,
+                    ]),
+                    attn_proj: lin("attn.c_proj", d, d)?,
+                    fc: lin("mlp.c_fc", 4 * d, d)?,
+                    mlp_proj: lin("mlp.c_proj", d, 4 * d)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (rope_cos, rope_sin) = rope_tables(cfg.sequence_len, cfg.head_dim(), cfg.rope_base);
+        Ok(Self {
+            wte: t.f32("transformer.wte.weight", &[cfg.vocab_size, d])?,
+            blocks,
+            resid_lambdas: t.f32("resid_lambdas", &[cfg.n_layer])?,
+            x0_lambdas: t.f32("x0_lambdas", &[cfg.n_layer])?,
+            cls_norm_weight: t.f32("cls_norm.weight", &[d])?,
+            cls_norm_bias: t.f32("cls_norm.bias", &[d])?,
+            cls_head: Linear::load(t, "cls_head", cfg.num_classes, d, true)?,
+            rope_cos,
+            rope_sin,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Class probabilities for each input (`num_classes` per input).
+    ///
+    /// Every input is `sequence_len` ids (padded); `n_real[i]` of them are real tokens.
+    /// Ids must be below `vocab_size` (the caller checks).
+    pub fn forward(&self, pool: &ThreadPool, ids: &[u32], n_real: &[usize]) -> Vec<f32> {
+        let d = self.cfg.n_embd;
+        let t = self.cfg.sequence_len;
+        let rows = ids.len();
+        let spans: Vec<Span> = (0..n_real.len())
+            .map(|i| Span {
+                start: i * t,
+                len: t,
+            })
+            .collect();
+
+        let mut x = vec![0f32; rows * d];
+        for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
+            let id = id as usize;
+            row.copy_from_slice(&self.wte[id * d..(id + 1) * d]);
+            rms_norm(row, RMS_EPS);
+        }
+        let x0 = x.clone();
+        let heads = Heads {
+            n_heads: self.cfg.n_head,
+            head_dim: self.cfg.head_dim(),
+        };
+        let scale = 1.0 / (heads.head_dim as f32).sqrt();
+        let mut xn = vec![0f32; rows * d];
+        let mut qkv = vec![0f32; rows * 3 * d];
+        let mut ctx = vec![0f32; rows * d];
+        let mut tmp = vec![0f32; rows * d];
+        let mut hidden = vec![0f32; rows * 4 * d];
+        for (i, block) in self.blocks.iter().enumerate() {
+            let (a, b) = (self.resid_lambdas[i], self.x0_lambdas[i]);
+            for (v, &v0) in x.iter_mut().zip(&x0) {
+                *v = a * *v + b * v0;
+            }
+            normed_rows(&x, &mut xn, d);
+            block.qkv.forward(pool, &xn, rows, &mut qkv);
+            for_each_row_block(pool, &mut qkv, 3 * d, |first, block| {
+                for (r, row) in block.chunks_exact_mut(3 * d).enumerate() {
+                    let pos = (first + r) % t;
+                    // Queries and keys: rotate, then RMS-normalise each head.
+                    for head in row[..2 * d].chunks_exact_mut(heads.head_dim) {
+                        self.rotate(head, pos);
+                        rms_norm(head, RMS_EPS);
+                    }
+                }
+            });
+            attention(pool, &qkv, &spans, heads, scale, &mut ctx);
+            block.attn_proj.forward(pool, &ctx, rows, &mut tmp);
+            kiln_kernels::ops::add_inplace(&mut x, &tmp);
+
+            normed_rows(&x, &mut xn, d);
+            block.fc.forward(pool, &xn, rows, &mut hidden);
+            for_each_row_block(pool, &mut hidden, 4 * d, |_, block| {
+                relu_squared_inplace(block)
+            });
+            block.mlp_proj.forward(pool, &hidden, rows, &mut tmp);
+            kiln_kernels::ops::add_inplace(&mut x, &tmp);
+        }
+        normed_rows(&x, &mut xn, d);
+
+        let mut pooled = vec![0f32; n_real.len() * d];
+        for ((span, &n), out) in spans.iter().zip(n_real).zip(pooled.chunks_exact_mut(d)) {
+            let real = &xn[span.start * d..(span.start + n.max(1)) * d];
+            mean_rows(real, d, out);
+            layer_norm(
+                out,
+                &self.cls_norm_weight,
+                &self.cls_norm_bias,
+                LAYER_NORM_EPS,
+            );
+        }
+        let c = self.cfg.num_classes;
+        let mut probs = vec![0f32; n_real.len() * c];
+        self.cls_head.forward_rows(&pooled, &mut probs);
+        for row in probs.chunks_exact_mut(c) {
+            kiln_kernels::ops::softmax_inplace(row);
+        }
+        probs
+    }
+
+    /// nanochat's rotation of one head at position `pos`: the two halves `(x1, x2)` become
+    /// `(x1·cos + x2·sin, −x1·sin + x2·cos)`.
+    fn rotate(&self, head: &mut [f32], pos: usize) {
+        let half = head.len() / 2;
+        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
+        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
+        let (x1, x2) = head.split_at_mut(half);
+        for j in 0..half {
+            let (a, b) = (x1[j], x2[j]);
+            x1[j] = a * cos[j] + b * sin[j];
+            x2[j] = a * -sin[j] + b * cos[j];
+        }
+    }
+
+    pub fn config(&self) -> &NanoGuardConfig {
+        &self.cfg
+    }
+}
+
+/// `out = rms_norm(x)` row by row.
+fn normed_rows(x: &[f32], out: &mut [f32], d: usize) {
+    out.copy_from_slice(x);
+    for row in out.chunks_exact_mut(d) {
+        rms_norm(row, RMS_EPS);
+    }
+}
+
+/// `Classifier._precompute_rotary`: angles `pos · base^(−2j/head_dim)` computed in f32,
+/// their cosines and sines rounded to bf16 (the model's buffers are bf16).
+pub(crate) fn rope_tables(seq_len: usize, head_dim: usize, base: u32) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|j| 1.0 / (base as f32).powf((2 * j) as f32 / head_dim as f32))
+        .collect();
+    let mut cos = Vec::with_capacity(seq_len * half);
+    let mut sin = Vec::with_capacity(seq_len * half);
+    for pos in 0..seq_len {
+        for &f in &inv_freq {
+            let angle = pos as f32 * f;
+            cos.push(bf16::from_f32(angle.cos()).to_f32());
+            sin.push(bf16::from_f32(angle.sin()).to_f32());
+        }
+    }
+    (cos, sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    /// The tables must equal the model's own bf16 buffers bit for bit: their sha256 was
+    /// recorded from the package by `scripts/fixtures/nanoguard_reference.py`.
+    #[test]
+    fn rope_tables_match_the_models_bf16_buffers() {
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/nanoguard_reference.json"
+        ))
+        .expect("fixture is JSON");
+        let (cos, sin) = super::rope_tables(512, 128, 10_000);
+        for (name, table) in [("cos", cos), ("sin", sin)] {
+            let bytes: Vec<u8> = table
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect();
+            assert_eq!(
+                hex::encode(Sha256::digest(&bytes)),
+                fixture["rope_bf16_sha256"][name]
+                    .as_str()
+                    .unwrap_or_default(),
+                "{name} table"
+            );
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Errors: [`Error`] for what keeps the router from starting, and [`ApiError`] for what
+//! a request gets back when the router itself answers (OpenAI's JSON error body, the
+//! same statuses and codes a `kiln serve` node uses, so clients cannot tell the two
+//! apart).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use kiln_api::ErrorResponse;
+
+/// What keeps the router from starting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("invalid node {spec:?}: {reason}")]
+    NodeSpec { spec: String, reason: String },
+    #[error("invalid DNS name {spec:?}: {reason}")]
+    DnsSpec { spec: String, reason: String },
+    #[error("cannot read router config {path}: {source}")]
+    ConfigRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid router config {path}: {message}")]
+    ConfigParse { path: PathBuf, message: String },
+    #[error("invalid setting `{name}`: {reason}")]
+    Setting { name: String, reason: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Seconds a 429 or 503 from the router asks the client to wait.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// An error response the router makes itself (a node's own errors pass through as the
+/// node sent them).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    #[error("the model `{model}` does not exist; served models: {served}")]
+    ModelNotFound { model: String, served: String },
+    #[error("no route for {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("the request body is over the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("cannot read the request body: {0}")]
+    BadBody(String),
+    #[error("every node serving model `{model}` is busy; retry later")]
+    AllBusy { model: String },
+    #[error("no node can serve model `{model}` now: {detail}")]
+    NoNode { model: String, detail: String },
+    #[error("the fallback upstream failed: {0}")]
+    Upstream(String),
+    #[error("the router is shutting down")]
+    ShuttingDown,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::NoNode { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// OpenAI's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self.status() {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// OpenAI's `code` field.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::ModelNotFound { .. } => "model_not_found",
+            ApiError::RouteNotFound { .. } => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Unauthorized(_) => "invalid_api_key",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::BadBody(_) => "invalid_body",
+            ApiError::AllBusy { .. } => "nodes_busy",
+            ApiError::NoNode { .. } => "no_node_available",
+            ApiError::Upstream(_) => "upstream_failed",
+            ApiError::ShuttingDown => "shutting_down",
+        }
+    }
+
+    pub fn param(&self) -> Option<String> {
+        match self {
+            ApiError::ModelNotFound { .. } | ApiError::NoNode { .. } => Some("model".into()),
+            _ => None,
+        }
+    }
+
+    /// The JSON body (also the payload of an SSE error event).
+    pub fn body(&self) -> ErrorResponse {
+        ErrorResponse::new(
+            self.to_string(),
+            self.kind(),
+            self.param(),
+            Some(self.code().into()),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), code = self.code(), "{self}");
+        } else {
+            tracing::debug!(status = status.as_u16(), code = self.code(), "{self}");
+        }
+        let mut resp = (status, Json(self.body())).into_response();
+        let headers = resp.headers_mut();
+        if matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        ) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_is_a_rate_limit_error_with_retry_after() {
+        let r = ApiError::AllBusy { model: "m".into() }.into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(r.headers().contains_key(header::RETRY_AFTER));
+    }
+
+    #[test]
+    fn model_not_found_names_the_field() {
+        let e = ApiError::ModelNotFound {
+            model: "x".into(),
+            served: "a, b".into(),
+        };
+        let body = e.body().error;
+        assert_eq!(body.param.as_deref(), Some("model"));
+        assert_eq!(body.kind, "not_found_error");
+        assert_eq!(body.code.as_deref(), Some("model_not_found"));
+    }
+}

@@ -1,0 +1,43 @@
+//! `kiln-router`: many `kiln serve` nodes as one OpenAI-compatible service.
+//!
+//! The router speaks the nodes' own API (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/embeddings`, `/v1/models`, `/ai/run/{model}`, `/tokenize`, `/detokenize`,
+//! `/health`, `/ready`, `/metrics`) and adds `GET /nodes`. For each request it:
+//!
+//! 1. resolves the model against the union of the nodes' catalogues ([`placement`]);
+//! 2. finds the model's shard: `k` nodes from a consistent-hash ring with bounded loads
+//!    ([`ring`]), so a model is loaded on few nodes and found warm there;
+//! 3. orders the shard by session affinity ([`affinity`]) or by load, then adds the
+//!    rest of the ring for failover ([`select`]);
+//! 4. forwards, retrying on the next node whatever fails before the first byte, and
+//!    streams SSE through, ending a broken stream with an error event ([`proxy`],
+//!    [`sse`]); what no node can serve goes to the optional upstream.
+//!
+//! In the background, [`discovery`] keeps the node set (flags, config file, DNS) and
+//! [`health`] checks every node's health, load and catalogue. The router knows
+//! nothing about models' insides: it never links the engine.
+
+pub mod affinity;
+pub mod app;
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod hash;
+pub mod health;
+pub mod metrics;
+pub mod nodes;
+pub mod placement;
+pub mod prom;
+pub mod proxy;
+pub mod ring;
+pub mod select;
+pub mod serve;
+pub mod sse;
+pub mod state;
+
+pub use app::app;
+pub use config::{DnsSpec, FileConfig, NodeSpec, RouterConfig, Upstream};
+pub use discovery::{Resolver, SystemResolver};
+pub use error::{ApiError, Error, Result};
+pub use serve::{run, serve};
+pub use state::RouterState;

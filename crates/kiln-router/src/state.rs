@@ -1,0 +1,125 @@
+//! The router's shared state: settings, the HTTP client to nodes, the placement in
+//! force, and the metrics.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::config::{NodeSpec, RouterConfig};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::nodes::Node;
+use crate::placement::Placement;
+use crate::ring::moved_share;
+
+/// Cheap to clone; one per router.
+#[derive(Clone)]
+pub struct RouterState(Arc<Inner>);
+
+struct Inner {
+    config: RouterConfig,
+    client: reqwest::Client,
+    placement: RwLock<Arc<Placement>>,
+    metrics: Metrics,
+    shutting_down: AtomicBool,
+}
+
+impl RouterState {
+    pub fn new(config: RouterConfig) -> Result<Self> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.idle_timeout)
+            .tcp_keepalive(std::time::Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(Error::Client)?;
+        Ok(Self(Arc::new(Inner {
+            config,
+            client,
+            placement: RwLock::new(Arc::new(Placement::default())),
+            metrics: Metrics::default(),
+            shutting_down: AtomicBool::new(false),
+        })))
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.0.config
+    }
+
+    pub fn client(&self) -> &reqwest::Client {
+        &self.0.client
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// The placement in force (a snapshot; later changes don't affect it).
+    pub fn placement(&self) -> Arc<Placement> {
+        self.0
+            .placement
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the membership: nodes still present keep their state (health, load,
+    /// catalogue); new ones start unchecked. Returns whether it changed.
+    pub fn set_members(&self, specs: Vec<NodeSpec>) -> bool {
+        let current = self.placement();
+        let nodes: Vec<Arc<Node>> = specs
+            .into_iter()
+            .map(|spec| {
+                current
+                    .nodes
+                    .iter()
+                    .find(|n| n.spec == spec)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        let metrics = self.metrics().node(&spec.id());
+                        Arc::new(Node::new(spec, metrics))
+                    })
+            })
+            .collect();
+        let unchanged = nodes.len() == current.nodes.len()
+            && nodes
+                .iter()
+                .all(|n| current.nodes.iter().any(|c| Arc::ptr_eq(n, c)));
+        if unchanged {
+            return false;
+        }
+        let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        tracing::info!(nodes = ?ids, "membership changed");
+        self.install(nodes);
+        true
+    }
+
+    /// Re-places every model over the current nodes (after a catalogue changed).
+    pub fn rebuild(&self) {
+        let nodes = self.placement().nodes.clone();
+        self.install(nodes);
+    }
+
+    fn install(&self, nodes: Vec<Arc<Node>>) {
+        let next = Arc::new(Placement::build(nodes, self.config()));
+        let mut slot = self.0.placement.write().unwrap_or_else(|p| p.into_inner());
+        let (old, new) = (slot.shards(), next.shards());
+        if old != new {
+            tracing::info!(
+                models = new.len(),
+                moved_share = moved_share(&old, &new),
+                capacity = next.capacity,
+                "placement changed"
+            );
+        }
+        *slot = next;
+    }
+
+    /// New requests get 503 from now on.
+    pub fn begin_shutdown(&self) {
+        self.0.shutting_down.store(true, Ordering::Release);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.0.shutting_down.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,30 @@
+//! Who a record belongs to, without keeping the secret.
+
+use sha2::{Digest, Sha256};
+
+/// The caller id when the server runs without API keys.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// `key_` and the first 16 hex digits (64 bits) of the key's SHA-256: stable across
+/// restarts, distinct for a deployment's keys, and useless for recovering the key.
+pub fn key_id(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    format!("key_{}", hex::encode(&digest[..8]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_is_a_stable_prefix_of_the_sha256_and_hides_the_key() {
+        let id = key_id("sk-test");
+        assert_eq!(id.len(), 4 + 16);
+        assert!(id.starts_with("key_"));
+        assert_eq!(id, key_id("sk-test"));
+        assert_ne!(id, key_id("sk-test2"));
+        assert!(!id.contains("sk-test"));
+        let full = hex::encode(Sha256::digest(b"sk-test"));
+        assert_eq!(&id[4..], &full[..16]);
+    }
+}

@@ -1,0 +1,269 @@
+//! The SQLite table of totals, one row per (caller, model).
+//!
+//! Rows hold running sums, so the file stays small whatever the traffic; a batch of
+//! records is added in one transaction. The database runs in WAL mode with
+//! `synchronous = NORMAL`: a committed batch survives a crash of the process (not
+//! necessarily a power cut), and a commit costs no fsync.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{Error, Result};
+
+/// How long to wait for another connection's lock.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The schema this code writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS usage (
+    key_id            TEXT    NOT NULL,
+    model             TEXT    NOT NULL,
+    label             TEXT,
+    requests          INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    cached_tokens     INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    neurons           REAL    NOT NULL DEFAULT 0,
+    first_at          INTEGER NOT NULL,
+    last_at           INTEGER NOT NULL,
+    PRIMARY KEY (key_id, model)
+);";
+
+/// What one request (or several, summed) consumed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRecord {
+    /// [`crate::key_id`] of the caller's key, or [`crate::ANONYMOUS`].
+    pub key_id: String,
+    /// The key's configured label, if any.
+    pub label: Option<String>,
+    /// The model's catalogue name.
+    pub model: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    pub neurons: f64,
+}
+
+impl UsageRecord {
+    /// Adds `other`'s counts (same caller and model) to this one.
+    pub fn merge(&mut self, other: &UsageRecord) {
+        self.requests += other.requests;
+        self.prompt_tokens += other.prompt_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.neurons += other.neurons;
+        if other.label.is_some() {
+            self.label.clone_from(&other.label);
+        }
+    }
+}
+
+/// One stored row: totals since `first_at` (unix seconds) up to `last_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRow {
+    pub totals: UsageRecord,
+    pub first_at: i64,
+    pub last_at: i64,
+}
+
+/// The usage database.
+pub struct UsageStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl UsageStore {
+    /// Opens (creating if needed) the database at `path`, and its parent directory.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        // Servers started together may create the file together; switching a new file to
+        // WAL can then report "busy" without waiting, so that is retried for a while.
+        let started = std::time::Instant::now();
+        loop {
+            let conn = Connection::open(path).map_err(|source| Error::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            match Self::init(conn, path.to_path_buf()) {
+                Err(Error::Sql { source, .. })
+                    if is_busy(&source) && started.elapsed() < BUSY_WAIT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A database in memory (tests, or metering that need not persist).
+    pub fn open_in_memory() -> Result<Self> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|source| Error::Open {
+            path: path.clone(),
+            source,
+        })?;
+        Self::init(conn, path)
+    }
+
+    fn init(conn: Connection, path: PathBuf) -> Result<Self> {
+        let sql = |source| Error::Sql {
+            path: path.clone(),
+            source,
+        };
+        // Several servers may share one file; wait for a writer rather than fail.
+        conn.busy_timeout(BUSY_WAIT).map_err(sql)?;
+        // `journal_mode` answers with the mode it set, so it is read as a query.
+        let _mode: Option<String> = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .optional()
+            .map_err(sql)?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL;")
+            .map_err(sql)?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql)?;
+        if found > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                path,
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        conn.execute_batch(SCHEMA).map_err(sql)?;
+        conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
+            .map_err(sql)?;
+        Ok(Self { conn, path })
+    }
+
+    /// Where the database lives (`:memory:` for an in-memory one).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Adds `records` to the totals in one transaction: all or none.
+    pub fn add(&mut self, records: &[UsageRecord]) -> Result<()> {
+        let now = unix_now();
+        let path = self.path.clone();
+        let sql = |source| Error::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        {
+            let mut upsert = tx
+                .prepare_cached(
+                    "INSERT INTO usage (key_id, model, label, requests, prompt_tokens,
+                         cached_tokens, completion_tokens, neurons, first_at, last_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+                     ON CONFLICT (key_id, model) DO UPDATE SET
+                         label = COALESCE(excluded.label, label),
+                         requests = requests + excluded.requests,
+                         prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+                         cached_tokens = cached_tokens + excluded.cached_tokens,
+                         completion_tokens = completion_tokens + excluded.completion_tokens,
+                         neurons = neurons + excluded.neurons,
+                         last_at = excluded.last_at",
+                )
+                .map_err(sql)?;
+            for r in records {
+                upsert
+                    .execute(params![
+                        r.key_id,
+                        r.model,
+                        r.label,
+                        to_i64(r.requests),
+                        to_i64(r.prompt_tokens),
+                        to_i64(r.cached_tokens),
+                        to_i64(r.completion_tokens),
+                        r.neurons,
+                        now,
+                    ])
+                    .map_err(sql)?;
+            }
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Every row, ordered by caller then model.
+    pub fn rows(&self) -> Result<Vec<UsageRow>> {
+        let sql = |source| Error::Sql {
+            path: self.path.clone(),
+            source,
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT key_id, model, label, requests, prompt_tokens, cached_tokens,
+                        completion_tokens, neurons, first_at, last_at
+                 FROM usage ORDER BY key_id, model",
+            )
+            .map_err(sql)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(UsageRow {
+                    totals: UsageRecord {
+                        key_id: r.get(0)?,
+                        model: r.get(1)?,
+                        label: r.get(2)?,
+                        requests: to_u64(r.get(3)?),
+                        prompt_tokens: to_u64(r.get(4)?),
+                        cached_tokens: to_u64(r.get(5)?),
+                        completion_tokens: to_u64(r.get(6)?),
+                        neurons: r.get(7)?,
+                    },
+                    first_at: r.get(8)?,
+                    last_at: r.get(9)?,
+                })
+            })
+            .map_err(sql)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)
+    }
+}
+
+/// Sums records per (caller, model), keeping the first-seen order.
+pub(crate) fn aggregate(
+    into: &mut Vec<UsageRecord>,
+    index: &mut HashMap<(String, String), usize>,
+    r: UsageRecord,
+) {
+    match index.get(&(r.key_id.clone(), r.model.clone())) {
+        Some(&i) => into[i].merge(&r),
+        None => {
+            index.insert((r.key_id.clone(), r.model.clone()), into.len());
+            into.push(r);
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// SQLite integers are signed; counts past `i64::MAX` (never reached) saturate.
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,23 @@
+//! `kiln route` end to end: real `kiln serve` nodes and a real router on loopback.
+//!
+//! - placement is stable when a node leaves and comes back, sessions stick to a node,
+//!   and the router answers the nodes' API (union catalogue, OpenAI errors);
+//! - killing a node during a bounded load run loses no request that had not started
+//!   streaming, and every stream it breaks ends with an SSE error event;
+//! - the upstream receives exactly the unknown-model, over-context and overloaded
+//!   requests;
+//! - placement keeps models warm (>= 99% in steady state) where random routing over
+//!   the same nodes does not.
+
+#[path = "e2e_router/deploy.rs"]
+mod deploy;
+#[path = "e2e_router/failover.rs"]
+mod failover;
+#[path = "e2e_router/fallback.rs"]
+mod fallback;
+#[path = "e2e_router/harness.rs"]
+mod harness;
+#[path = "e2e_router/placement.rs"]
+mod placement;
+#[path = "e2e_router/warm.rs"]
+mod warm;
