@@ -1,9 +1,12 @@
 //! f16 × f32 vector kernels for attention over an f16 KV cache.
 //!
-//! They compute exactly what [`dot_f32`](super::dot_f32) and [`axpy`](super::axpy) give
-//! on the converted values (same eight lanes, same unfused multiply-then-add, same final
-//! order), bit for bit, but convert eight halves per instruction (F16C) instead of
-//! expanding each cached row into a buffer first.
+//! Every kernel here computes exactly what [`dot_f32`](super::dot_f32) and
+//! [`axpy`](super::axpy) give on the converted values (same eight dot lanes, same
+//! unfused multiply-then-add, same final order), bit for bit, converting eight halves per
+//! instruction (F16C). That exactness is deliberate: a fused or 16-lane dot in attention
+//! was measured to cost agreement with llama.cpp at decisive positions (Gemma 3: 523/528
+//! instead of 528/528), so only `axpy_f16_rows`, which has no reduction, goes 16 lanes
+//! wide (AVX-512, accumulators kept in registers across rows), still bit-exact.
 
 use half::f16;
 
@@ -40,11 +43,8 @@ pub fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
     check_len("dot_f16_rows", "out", keys.len() / hd, out.len());
     #[cfg(target_arch = "x86_64")]
     if has_f16c() {
-        for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
-            // SAFETY: the CPU supports AVX and F16C (checked just above).
-            *o = scale * unsafe { x86::dot_f16(k, q) };
-        }
-        return;
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::dot_f16_rows(keys, q, scale, out) };
     }
     for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
         *o = scale * dot_f16_scalar(k, q);
@@ -57,12 +57,14 @@ pub fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
     let hd = y.len().max(1);
     check_len("axpy_f16_rows", "w", values.len() / hd, w.len());
     #[cfg(target_arch = "x86_64")]
+    if hd.is_multiple_of(16) && has_avx512() {
+        // SAFETY: the CPU supports AVX-512F and F16C (checked just above).
+        return unsafe { x86::axpy_f16_rows_512(w, values, y) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_f16c() {
-        for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
-            // SAFETY: the CPU supports AVX and F16C (checked just above).
-            unsafe { x86::axpy_f16(a, v, y) };
-        }
-        return;
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::axpy_f16_rows(w, values, y) };
     }
     for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
         axpy_f16_scalar(a, v, y);
@@ -109,6 +111,11 @@ pub fn axpy_f16_scalar(alpha: f32, v: &[f16], y: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && has_f16c()
+}
+
+#[cfg(target_arch = "x86_64")]
 fn has_f16c() -> bool {
     std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c")
 }
@@ -146,6 +153,56 @@ mod x86 {
             .map(|(x, y)| x * y.to_f32())
             .sum();
         lanes.iter().sum::<f32>() + tail
+    }
+
+    /// Row loops live inside the feature-enabled code so the per-row kernels inline.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
+        for (o, k) in out.iter_mut().zip(keys.chunks_exact(q.len().max(1))) {
+            // SAFETY: same features as this function.
+            *o = scale * unsafe { dot_f16(k, q) };
+        }
+    }
+
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
+        for (&a, v) in w.iter().zip(values.chunks_exact(y.len().max(1))) {
+            // SAFETY: same features as this function.
+            unsafe { axpy_f16(a, v, y) };
+        }
+    }
+
+    /// `y` stays in registers across rows, 64 columns at a time (re-loading it per row
+    /// would chain every row behind the previous row's store).
+    #[target_feature(enable = "avx512f,f16c")]
+    pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32]) {
+        let hd = y.len();
+        let mut c0 = 0;
+        while c0 < hd {
+            let width = (hd - c0).min(64) / 16;
+            // SAFETY (whole loop): columns c0..c0 + 16·width are within every row and `y`
+            // (hd is a multiple of 16).
+            unsafe {
+                let yp = y.as_mut_ptr().add(c0);
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for (i, a) in acc.iter_mut().enumerate().take(width) {
+                    *a = _mm512_loadu_ps(yp.add(16 * i));
+                }
+                for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
+                    let a = _mm512_set1_ps(a);
+                    let vp = v.as_ptr().add(c0);
+                    for (i, acc) in acc.iter_mut().enumerate().take(width) {
+                        let vv = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(16 * i).cast()));
+                        // Unfused, like the scalar `+= a * v`: bit-identical results.
+                        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(a, vv));
+                    }
+                }
+                for (i, a) in acc.iter().enumerate().take(width) {
+                    _mm512_storeu_ps(yp.add(16 * i), *a);
+                }
+            }
+            c0 += 16 * width;
+        }
     }
 
     #[target_feature(enable = "avx,f16c")]
@@ -198,7 +255,7 @@ mod tests {
     proptest! {
         #[test]
         fn f16_kernels_equal_f32_ones_on_converted_values(
-            (k, q, y) in (0usize..140).prop_flat_map(|n| (
+            (k, q, y) in (0usize..400).prop_flat_map(|n| (
                 halves(n),
                 prop::collection::vec(-3.0f32..3.0, n),
                 prop::collection::vec(-3.0f32..3.0, n),
@@ -226,19 +283,24 @@ mod tests {
             round_f16_scalar(&mut r_small);
             prop_assert!(r.iter().zip(&r_small).all(|(a, b)| a.to_bits() == b.to_bits()));
             prop_assert!(r_big.iter().zip(&r_ref).all(|(a, b)| a.to_bits() == b.to_bits()));
-            // Row forms: `k` as rows of 4 (when it divides), against per-row calls.
-            if !k.is_empty() && k.len() % 4 == 0 {
-                let rows = k.len() / 4;
-                let mut scores = vec![0f32; rows];
-                dot_f16_rows(&k, &q[..4], 0.5, &mut scores);
-                for (j, s) in scores.iter().enumerate() {
-                    prop_assert_eq!(s.to_bits(), (0.5 * dot_f16(&k[j * 4..j * 4 + 4], &q[..4])).to_bits());
+            // Row forms (rows of 4, and of 16/64/80 for the AVX-512 axpy) against
+            // per-row calls, bit for bit.
+            for hd in [4usize, 16, 64, 80] {
+                if k.is_empty() || k.len() % hd != 0 {
+                    continue;
                 }
-                let mut got = y[..4].to_vec();
-                let mut want = y[..4].to_vec();
+                let rows = k.len() / hd;
+                let mut scores = vec![0f32; rows];
+                dot_f16_rows(&k, &q[..hd], 0.5, &mut scores);
+                for (j, s) in scores.iter().enumerate() {
+                    let want = 0.5 * dot_f16(&k[j * hd..(j + 1) * hd], &q[..hd]);
+                    prop_assert_eq!(s.to_bits(), want.to_bits());
+                }
+                let mut got = y[..hd].to_vec();
+                let mut want = y[..hd].to_vec();
                 axpy_f16_rows(&q[..rows], &k, &mut got);
                 for j in 0..rows {
-                    axpy_f16(q[j], &k[j * 4..j * 4 + 4], &mut want);
+                    axpy_f16(q[j], &k[j * hd..(j + 1) * hd], &mut want);
                 }
                 prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
             }
