@@ -316,18 +316,18 @@ impl EngineCore {
                 &seq.cache_key,
             );
         }
-        while let Some((id, reason)) = self.finished.pop() {
-            self.finish(id, reason);
-        }
-        let t_end = Instant::now();
+        self.stats.sampled(n_sampled);
         self.stats.step_parts(
             forward_profile.matmul,
             forward_profile.attention,
             t_sampled - t_model,
         );
+        while let Some((id, reason)) = self.finished.pop() {
+            self.finish(id, reason);
+        }
+        let t_end = Instant::now();
         self.stats.step(
             self.sched_out.num_batched_tokens,
-            n_sampled,
             t_sched - t0,
             t_model - t_sched,
             t_end - t_model,

@@ -137,10 +137,17 @@ impl EngineStats {
         c.fetch_add(1, Relaxed);
     }
 
+    /// Counts tokens sampled this step; called before any sequence of the step is
+    /// reported finished, so a reader that saw a request end sees its tokens counted.
+    pub(crate) fn sampled(&self, sampled: usize) {
+        self.0
+            .generation_tokens
+            .fetch_add(sampled as u64, Relaxed);
+    }
+
     pub(crate) fn step(
         &self,
         batched_tokens: usize,
-        sampled: usize,
         schedule: Duration,
         model: Duration,
         update: Duration,
@@ -148,7 +155,6 @@ impl EngineStats {
         let i = &self.0;
         i.steps.fetch_add(1, Relaxed);
         i.batched_tokens.fetch_add(batched_tokens as u64, Relaxed);
-        i.generation_tokens.fetch_add(sampled as u64, Relaxed);
         i.schedule_ns.fetch_add(schedule.as_nanos() as u64, Relaxed);
         i.model_ns.fetch_add(model.as_nanos() as u64, Relaxed);
         i.update_ns.fetch_add(update.as_nanos() as u64, Relaxed);

@@ -381,6 +381,20 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "Step time spent sampling and updating state.",
         &engine(|s| s.update_time.as_secs_f64()),
     );
+    // The per-step profile: where step time goes, by phase.
+    let phase = "kiln:engine_phase_seconds_total";
+    header(
+        &mut out,
+        phase,
+        "counter",
+        "Step time by phase: schedule, matmul, attention, norm_rope_act, sampling, update, \
+         and detokenize (on the consumers' threads).",
+    );
+    for m in models {
+        for p in m.engine.as_ref().map(StatsSnapshot::profile).unwrap_or_default() {
+            sample(&mut out, phase, m.name, &[("phase", p.phase)], p.time.as_secs_f64());
+        }
+    }
     gauge(
         &mut out,
         "kiln:engine_host_overhead_ratio",
