@@ -115,16 +115,17 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
     let placement = state.placement();
     let model = match placement.resolve(req.model.as_deref()) {
         Resolved::Known(m) => m,
-        Resolved::Unknown(name) => {
+        Resolved::Unknown(name) if !placement.models.is_empty() => {
             let err = ApiError::ModelNotFound {
                 model: name,
                 served: placement.served(),
             };
             return fallback_or(state, &req, Fallback::UnknownModel, || err.into_response()).await;
         }
-        Resolved::NoDefault => {
+        // No node has answered yet: nothing is known, not even the default.
+        Resolved::Unknown(_) | Resolved::NoDefault => {
             let err = ApiError::NoNode {
-                model: "(default)".into(),
+                model: req.model.clone().unwrap_or_else(|| "(default)".into()),
                 detail: "no node has reported its models yet".into(),
             };
             return fallback_or(state, &req, Fallback::Unavailable, || err.into_response()).await;
@@ -371,6 +372,7 @@ fn request(
             && name != header::HOST
             && name != header::CONTENT_LENGTH
             && name != header::ACCEPT_ENCODING
+            && name != header::EXPECT
             && !(key.is_some() && name == header::AUTHORIZATION)
         {
             headers.append(name.clone(), value.clone());

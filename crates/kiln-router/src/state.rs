@@ -2,7 +2,7 @@
 //! force, and the metrics.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{NodeSpec, RouterConfig};
 use crate::error::{Error, Result};
@@ -19,6 +19,9 @@ struct Inner {
     config: RouterConfig,
     client: reqwest::Client,
     placement: RwLock<Arc<Placement>>,
+    /// Held while a new placement is computed from the current one, so a membership
+    /// change and a catalogue change at the same moment cannot undo each other.
+    updating: Mutex<()>,
     metrics: Metrics,
     shutting_down: AtomicBool,
 }
@@ -36,6 +39,7 @@ impl RouterState {
             config,
             client,
             placement: RwLock::new(Arc::new(Placement::default())),
+            updating: Mutex::new(()),
             metrics: Metrics::default(),
             shutting_down: AtomicBool::new(false),
         })))
@@ -65,6 +69,7 @@ impl RouterState {
     /// Sets the membership: nodes still present keep their state (health, load,
     /// catalogue); new ones start unchecked. Returns whether it changed.
     pub fn set_members(&self, specs: Vec<NodeSpec>) -> bool {
+        let _updating = self.0.updating.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.placement();
         let nodes: Vec<Arc<Node>> = specs
             .into_iter()
@@ -95,6 +100,7 @@ impl RouterState {
 
     /// Re-places every model over the current nodes (after a catalogue changed).
     pub fn rebuild(&self) {
+        let _updating = self.0.updating.lock().unwrap_or_else(|p| p.into_inner());
         let nodes = self.placement().nodes.clone();
         self.install(nodes);
     }

@@ -64,10 +64,8 @@ async fn infer(State(stub): State<Stub>, headers: HeaderMap, body: Bytes) -> Res
     let error = |status: StatusCode, code: &str| {
         let body = json!({"error": {"message": code, "type": "x", "param": null, "code": code}});
         let mut r = (status, Json(body)).into_response();
-        r.headers_mut().insert(
-            "retry-after",
-            "1".parse().unwrap_or_else(|_| unreachable!()),
-        );
+        r.headers_mut()
+            .insert("retry-after", "1".parse().expect("header value"));
         r
     };
     match mode {
@@ -79,10 +77,8 @@ async fn infer(State(stub): State<Stub>, headers: HeaderMap, body: Bytes) -> Res
     let node = stub.name;
     if req["stream"] != json!(true) {
         let mut r = Json(json!({"node": node, "model": req["model"]})).into_response();
-        r.headers_mut().insert(
-            "x-kiln-warm",
-            "true".parse().unwrap_or_else(|_| unreachable!()),
-        );
+        r.headers_mut()
+            .insert("x-kiln-warm", "true".parse().expect("header value"));
         return r;
     }
     let events: Vec<Result<Bytes, std::io::Error>> = if mode == Mode::Ok {
@@ -112,10 +108,8 @@ async fn infer(State(stub): State<Stub>, headers: HeaderMap, body: Bytes) -> Res
             .parse()
             .unwrap_or_else(|_| unreachable!()),
     );
-    r.headers_mut().insert(
-        "x-kiln-warm",
-        "false".parse().unwrap_or_else(|_| unreachable!()),
-    );
+    r.headers_mut()
+        .insert("x-kiln-warm", "false".parse().expect("header value"));
     r
 }
 
@@ -146,26 +140,16 @@ async fn start_stub(name: &'static str, models: &[&'static str]) -> (Stub, Strin
         )
         .route("/v1/chat/completions", post(infer))
         .with_state(stub.clone());
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let url = format!(
-        "http://{}",
-        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
-    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("test setup"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     (stub, url)
 }
 
 /// Starts the router; returns its base URL.
 async fn start_router(config: RouterConfig) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let url = format!(
-        "http://{}",
-        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
-    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("test setup"));
     tokio::spawn(kiln_router::serve(
         listener,
         config,
@@ -180,8 +164,7 @@ fn config(nodes: &[(&str, &str)]) -> RouterConfig {
         nodes: nodes
             .iter()
             .map(|(url, name)| {
-                NodeSpec::parse(&format!("{url}@name={name},colo=test"))
-                    .unwrap_or_else(|e| panic!("{e}"))
+                NodeSpec::parse(&format!("{url}@name={name},colo=test")).expect("test setup")
             })
             .collect(),
         health_interval: Duration::from_millis(200),
@@ -194,7 +177,7 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
 }
 
 async fn chat(base: &str, body: Value) -> (StatusCode, HeaderMap, String) {
@@ -203,9 +186,9 @@ async fn chat(base: &str, body: Value) -> (StatusCode, HeaderMap, String) {
         .json(&body)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("send: {e}"));
+        .expect("send");
     let (status, headers) = (r.status(), r.headers().clone());
-    let text = r.text().await.unwrap_or_else(|e| panic!("body: {e}"));
+    let text = r.text().await.expect("body");
     (status, headers, text)
 }
 
@@ -218,13 +201,8 @@ fn events(text: &str) -> Vec<&str> {
 
 /// A port nothing listens on.
 async fn dead_url() -> String {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let url = format!(
-        "http://{}",
-        l.local_addr().unwrap_or_else(|e| panic!("{e}"))
-    );
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("test setup");
+    let url = format!("http://{}", l.local_addr().expect("test setup"));
     drop(l);
     url
 }
@@ -264,7 +242,7 @@ async fn streams_pass_through_whole_and_breaks_end_with_an_error_event() {
         .get(format!("{base}/metrics"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
         .text()
         .await
         .unwrap_or_default();
@@ -291,7 +269,7 @@ async fn failures_before_the_first_byte_are_retried_on_the_next_node() {
         let (status, headers, text) = chat(&base, json!({"model": "m", "stream": true})).await;
         assert_eq!(
             (status.as_u16(), &headers["x-kiln-node"]),
-            (200, &"b".parse().unwrap_or_else(|_| unreachable!())),
+            (200, &"b".parse().expect("header value")),
             "{text}"
         );
     }
@@ -301,7 +279,7 @@ async fn failures_before_the_first_byte_are_retried_on_the_next_node() {
         .get(format!("{base}/nodes"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
         .json()
         .await
         .unwrap_or_default();
@@ -343,15 +321,22 @@ async fn dead_and_failing_nodes_end_in_openai_errors() {
     assert_eq!(v["error"]["code"], "no_node_available");
     assert_eq!(v["error"]["type"], "server_error");
 
-    let mut c = config(&[(&dead, "dead")]);
-    c.default_model = Some("m".into());
-    let base = start_router(c).await;
-    let (status, _, text) = chat(&base, json!({"model": "m"})).await;
-    // The dead node never reported a catalogue: the model is unknown here.
+    // A model no node lists is a 404; with no node that ever answered, a 503.
+    let (status, _, text) = chat(&base, json!({"model": "other"})).await;
     assert_eq!(status, 404, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap_or_default();
     assert_eq!(v["error"]["code"], "model_not_found");
     assert_eq!(v["error"]["param"], "model");
+    let base = start_router(config(&[(&dead, "dead")])).await;
+    let (status, _, text) = chat(&base, json!({"model": "m"})).await;
+    assert_eq!(status, 503, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("reported")),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,8 +345,7 @@ async fn the_upstream_gets_unknown_models_long_prompts_and_overload_only() {
     let (b, b_url) = start_stub("b", &["m"]).await;
     let (up, up_url) = start_stub("upstream", &["m", "big"]).await;
     let mut c = config(&[(&a_url, "a"), (&b_url, "b")]);
-    c.upstream =
-        Some(Upstream::new(&up_url, Some("central-key".into())).unwrap_or_else(|e| panic!("{e}")));
+    c.upstream = Some(Upstream::new(&up_url, Some("central-key".into())).expect("test setup"));
     c.node_api_key = Some("node-key".into());
     let base = start_router(c).await;
 
@@ -418,7 +402,7 @@ async fn the_upstream_gets_unknown_models_long_prompts_and_overload_only() {
         .get(format!("{base}/metrics"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
         .text()
         .await
         .unwrap_or_default();
@@ -449,9 +433,7 @@ async fn without_an_upstream_overload_is_a_429_and_errors_keep_openai_shape() {
         }
         r.send()
     };
-    let r = send(json!({"model": "m"}), None)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let r = send(json!({"model": "m"}), None).await.expect("test setup");
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap_or_default();
     assert_eq!(v["error"]["type"], "authentication_error");
@@ -459,7 +441,7 @@ async fn without_an_upstream_overload_is_a_429_and_errors_keep_openai_shape() {
     a.set(Mode::Busy);
     let r = send(json!({"model": "m"}), Some("secret"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("test setup");
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
     let r = send(
@@ -467,7 +449,7 @@ async fn without_an_upstream_overload_is_a_429_and_errors_keep_openai_shape() {
         Some("secret"),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .expect("test setup");
     assert_eq!(r.status(), 413);
     let v: Value = r.json().await.unwrap_or_default();
     assert_eq!(v["error"]["code"], "request_too_large");
@@ -476,7 +458,7 @@ async fn without_an_upstream_overload_is_a_429_and_errors_keep_openai_shape() {
         .bearer_auth("secret")
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("test setup");
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap_or_default();
     assert_eq!(v["error"]["code"], "not_found");
@@ -485,7 +467,7 @@ async fn without_an_upstream_overload_is_a_429_and_errors_keep_openai_shape() {
         .get(format!("{base}/ready"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("test setup");
     assert_eq!(r.status(), 200);
 }
 
@@ -501,7 +483,7 @@ async fn sessions_stick_and_models_are_the_union() {
         .get(format!("{base}/v1/models"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
         .json()
         .await
         .unwrap_or_default();
@@ -528,7 +510,7 @@ async fn sessions_stick_and_models_are_the_union() {
         .get(format!("{base}/metrics"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("test setup")
         .text()
         .await
         .unwrap_or_default();

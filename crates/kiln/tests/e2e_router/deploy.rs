@@ -95,8 +95,12 @@ fn the_kubernetes_manifests_run() {
                 None => a,
             })
             .collect();
-        // The headless Service's name does not resolve here: name the node directly.
-        args.extend(["--node".into(), node.base_url()]);
+        // The headless Service's name does not resolve here (the router keeps going
+        // without it); `localhost` does, to the node: discovery through real DNS.
+        args.extend([
+            "--dns".into(),
+            format!("localhost:{}@colo=local", node.port()),
+        ]);
         let router = Router::start(&args).await;
         let r = post(
             &format!("{}/v1/chat/completions", router.url()),
@@ -108,6 +112,18 @@ fn the_kubernetes_manifests_run() {
         .await;
         assert_eq!(r.status, 200, "{:?}", r.events);
         let view = router.nodes().await;
+        let found = view["nodes"]
+            .as_array()
+            .and_then(|n| {
+                n.iter()
+                    .find(|n| n["id"] == format!("127.0.0.1:{}", node.port()))
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("the node was not discovered through DNS: {view}"));
+        assert_eq!(
+            (found["colo"].as_str(), found["health"].as_str()),
+            (Some("local"), Some("up"))
+        );
         // qwen's `replicas = 3` from the ConfigMap is in force (one node: shard of 1).
         let qwen = view["models"]
             .as_array()

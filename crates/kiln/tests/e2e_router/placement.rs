@@ -4,27 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kiln_router::ring::moved_share;
 use serde_json::json;
 
 use crate::harness::*;
 
 /// Node args: tiny batches, every model lazily loaded.
 const NODE_ARGS: &[&str] = &["--max-num-seqs", "4"];
-
-fn moved_share(before: &[(String, Vec<String>)], after: &[(String, Vec<String>)]) -> f64 {
-    let total: usize = before.iter().map(|(_, s)| s.len()).sum();
-    let moved: usize = before
-        .iter()
-        .map(|(m, shard)| {
-            let now = after.iter().find(|(n, _)| n == m).map(|(_, s)| s);
-            shard
-                .iter()
-                .filter(|node| now.is_none_or(|s| !s.contains(node)))
-                .count()
-        })
-        .sum();
-    moved as f64 / total.max(1) as f64
-}
 
 fn write_nodes(path: &std::path::Path, nodes: &[(String, &str)]) {
     let list: Vec<String> = nodes
