@@ -114,6 +114,14 @@ impl QMatrix {
         true
     }
 
+    /// The byte range of the mapped file this matrix reads, if it lives in a mapping.
+    pub fn mapped_range(&self) -> Option<(usize, usize)> {
+        match &self.data {
+            WeightBytes::Mapped { offset, len, .. } => Some((*offset, *len)),
+            WeightBytes::Owned(_) => None,
+        }
+    }
+
     /// Bytes of the packed copy (0 if not packed).
     pub fn packed_bytes(&self) -> usize {
         self.packed.as_ref().map_or(0, |p| p.bytes.len())

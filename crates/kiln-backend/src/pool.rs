@@ -4,6 +4,11 @@
 //! hundreds of operations, so workers live as long as the pool. `run` hands out task
 //! indices through one atomic counter; the calling thread works too. Workers spin briefly
 //! after a job (the next op usually follows within microseconds), then park.
+//!
+//! The caller never waits for a worker that has not joined the job: once it has run out
+//! of tasks it closes the job and waits only for workers inside it. On a busy machine a
+//! descheduled worker then costs nothing (the caller does its share) instead of
+//! stalling every operation until the OS runs it again.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,13 +21,16 @@ const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
 type JobFn<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Shared {
-    /// Points at the caller's `&JobFn` (on its stack); valid while `active > 0`.
+    /// Points at the caller's `&JobFn` (on its stack); valid until the job's generation
+    /// is closed and no worker is inside it.
     job: AtomicPtr<&'static JobFn<'static>>,
     generation: AtomicU64,
+    /// The last generation whose caller stopped accepting workers.
+    closed: AtomicU64,
     next_task: AtomicUsize,
     n_tasks: AtomicUsize,
-    /// Workers that have not yet finished the current generation.
-    active: AtomicUsize,
+    /// Workers inside the current job (joined before it closed).
+    inside: AtomicUsize,
     shutdown: AtomicBool,
     /// Workers parked (or about to park) on `wake`; `run` only takes the lock and
     /// notifies when some are, so back-to-back jobs cost no system call.
@@ -47,7 +55,8 @@ impl ThreadPool {
             generation: AtomicU64::new(0),
             next_task: AtomicUsize::new(0),
             n_tasks: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
+            closed: AtomicU64::new(0),
+            inside: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             parked: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -86,8 +95,8 @@ impl ThreadPool {
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         let dyn_f: &JobFn<'_> = &f;
-        // The lifetime is erased: `run` does not return before every worker has
-        // decremented `active` for this generation, after which no worker reads the job.
+        // The lifetime is erased: `run` closes the job and waits until no worker is
+        // inside it before returning; a worker reads the job only from inside.
         let slot: *const &JobFn<'_> = &dyn_f;
         s.job.store(
             slot.cast::<&'static JobFn<'static>>().cast_mut(),
@@ -95,19 +104,20 @@ impl ThreadPool {
         );
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.next_task.store(0, Ordering::Relaxed);
-        s.active.store(self.workers.len(), Ordering::Relaxed);
         // SeqCst pairs with the worker's `parked` increment then `generation` load: either
         // we see it parked and notify, or it sees the new generation and doesn't wait.
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        let gen = s.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if s.parked.load(Ordering::SeqCst) > 0 {
             let _l = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
         run_tasks(s, dyn_f);
-        // Workers normally finish within microseconds; if one was descheduled (a busy
-        // machine), yield the core to it instead of spinning out our time slice.
+        // No task left: close the job (late workers will skip it), then wait for the
+        // workers inside it. SeqCst pairs with the worker's `inside` increment then
+        // `closed` load: either we see it inside and wait, or it sees the job closed.
+        s.closed.store(gen, Ordering::SeqCst);
         let mut spins = 0u32;
-        while s.active.load(Ordering::Acquire) != 0 {
+        while s.inside.load(Ordering::SeqCst) != 0 {
             spins = spins.saturating_add(1);
             if spins < 4096 {
                 std::hint::spin_loop();
@@ -183,11 +193,15 @@ fn worker_loop(s: &Shared) {
             s.parked.fetch_sub(1, Ordering::SeqCst);
         };
         seen = gen;
-        // SAFETY: stored by `run` before the generation bump we acquired; it points at a
-        // live `&JobFn` until we decrement `active` below.
-        let f: &JobFn<'_> = unsafe { *s.job.load(Ordering::Relaxed) };
-        run_tasks(s, f);
-        s.active.fetch_sub(1, Ordering::Release);
+        s.inside.fetch_add(1, Ordering::SeqCst);
+        if s.closed.load(Ordering::SeqCst) < gen {
+            // SAFETY: the job of `gen` is not closed and we are inside it, so its caller
+            // is still in `run` (it waits for `inside` to drop to zero after closing) and
+            // the job pointer stored before the generation bump is live.
+            let f: &JobFn<'_> = unsafe { *s.job.load(Ordering::Acquire) };
+            run_tasks(s, f);
+        }
+        s.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

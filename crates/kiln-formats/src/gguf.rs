@@ -72,6 +72,34 @@ impl GgufFile {
         })
     }
 
+    /// Tells the OS the mapped bytes `offset..offset + len` won't be read for now, so
+    /// their pages leave the resident set (best effort; whole pages inside the range
+    /// only). Used for weights that were repacked into memory at load: keeping both
+    /// copies resident would double their footprint. A later read simply faults the
+    /// pages back in from the file.
+    pub fn release_range(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        {
+            const PAGE: usize = 4096;
+            let start = offset.div_ceil(PAGE) * PAGE;
+            let end = offset.saturating_add(len).min(self.mmap.len()) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: the mapping is read-only and file-backed and Kiln never writes
+                // to it, so MADV_DONTNEED only drops clean pages; any later read sees
+                // the same bytes, faulted in again from the file.
+                let _ = unsafe {
+                    self.mmap.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

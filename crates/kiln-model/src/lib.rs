@@ -70,7 +70,7 @@ impl Model {
         let config = ModelConfig::from_gguf(&file)?;
         let mut weights = weights::Weights::load(&file, &config)?;
         let packed_bytes = if opts.repack {
-            weights.pack(opts.kernels)
+            weights.pack(opts.kernels, &file)
         } else {
             0
         };

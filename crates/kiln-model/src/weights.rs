@@ -127,9 +127,17 @@ impl Loader<'_> {
 
 impl Weights {
     /// Repacks every matmul weight (not the embedding table, which is only looked up)
-    /// for `kt`'s packed kernels where it has them; returns the bytes the copies take.
-    pub fn pack(&mut self, kt: &KernelTable) -> usize {
+    /// for `kt`'s packed kernels where it has them, and releases the mapped pages of the
+    /// packed ones (never read again by the matmul); returns the bytes the copies take.
+    pub fn pack(&mut self, kt: &KernelTable, file: &GgufFile) -> usize {
         let mut bytes = 0;
+        let release = |m: &QMatrix| {
+            if m.packed_bytes() > 0 {
+                if let Some((offset, len)) = m.mapped_range() {
+                    file.release_range(offset, len);
+                }
+            }
+        };
         for lw in &mut self.layers {
             for m in [
                 &mut lw.wq,
@@ -142,9 +150,11 @@ impl Weights {
             ] {
                 m.pack(kt);
                 bytes += m.packed_bytes();
+                release(m);
             }
         }
         self.output.pack(kt);
+        release(&self.output);
         bytes + self.output.packed_bytes()
     }
 
