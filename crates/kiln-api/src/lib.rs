@@ -1,7 +1,7 @@
 //! Kiln's HTTP wire types: the OpenAI-compatible requests and responses of
-//! `/v1/chat/completions`, `/v1/completions` and `/v1/models`, their stream chunks,
-//! vLLM's `/tokenize` and `/detokenize`, the Workers AI-style `/ai/run/{model}`, and
-//! OpenAI's error body.
+//! `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models`, their
+//! stream chunks, vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
+//! `/ai/run/{model}`, and OpenAI's error body.
 //!
 //! Only serde: the server, the router and the benchmark client share these types, and
 //! the engine never sees them. Requests accept `null` wherever OpenAI does and ignore
@@ -11,6 +11,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod tokenize;

@@ -1,5 +1,7 @@
-//! The Workers AI-style `POST /ai/run/{model}`: `{prompt}` or `{messages}` in,
-//! `{result: {response, usage}, success, errors, messages}` out.
+//! The Workers AI-style `POST /ai/run/{model}`. Text generation: `{prompt}` or
+//! `{messages}` in, `{result: {response, usage}, success, errors, messages}` out.
+//! Embeddings: `{text}` in, `{result: {shape, data, pooling}, ...}` out. Text
+//! classification: `{text}` in, `{result: [{label, score}, ...], ...}` out.
 
 use serde::{Deserialize, Serialize};
 
@@ -72,4 +74,85 @@ pub struct AiRunChunk {
     pub response: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+}
+
+/// What every Workers AI response wraps its result in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AiRunEnvelope<T> {
+    pub result: T,
+    pub success: bool,
+    pub errors: Vec<serde_json::Value>,
+    pub messages: Vec<serde_json::Value>,
+}
+
+impl<T> AiRunEnvelope<T> {
+    pub fn success(result: T) -> Self {
+        Self {
+            result,
+            success: true,
+            errors: Vec::new(),
+            messages: Vec::new(),
+        }
+    }
+}
+
+/// The input of an embedding or text-classification model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AiTextRequest {
+    pub text: AiText,
+    /// Workers AI's field: cut inputs over the model's limit to their first tokens
+    /// instead of refusing the request.
+    #[serde(default)]
+    pub truncate_inputs: Option<bool>,
+    /// Embeddings: `mean` or `cls`; a model answers only with its own pooling.
+    #[serde(default)]
+    pub pooling: Option<String>,
+}
+
+/// `text`: one string or several.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, expecting = "a string or an array of strings")]
+pub enum AiText {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// An embedding model's result: `shape` is `[inputs, dimensions]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AiEmbeddings {
+    pub shape: [usize; 2],
+    pub data: Vec<Vec<f32>>,
+    pub pooling: String,
+}
+
+/// One class of a text-classification result (results are sorted by `score`,
+/// highest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AiLabelScore {
+    pub label: String,
+    pub score: f32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn encoder_shapes() {
+        let r: AiTextRequest = serde_json::from_value(json!({"text": ["a", "b"]})).expect("parse");
+        assert_eq!(r.text, AiText::Many(vec!["a".into(), "b".into()]));
+        let r: AiTextRequest = serde_json::from_value(json!({"text": "a"})).expect("parse");
+        assert_eq!(r.text, AiText::One("a".into()));
+        assert!(serde_json::from_value::<AiTextRequest>(json!({"text": 5})).is_err());
+        let out = AiRunEnvelope::success(vec![AiLabelScore {
+            label: "safe".into(),
+            score: 0.75,
+        }]);
+        assert_eq!(
+            serde_json::to_value(&out).expect("serialize"),
+            json!({"result": [{"label": "safe", "score": 0.75}], "success": true,
+                "errors": [], "messages": []})
+        );
+    }
 }

@@ -6,7 +6,9 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
-use crate::routes::{admin, chat, completions, health, metrics, models, tokenize, workers_ai};
+use crate::routes::{
+    admin, chat, completions, embeddings, health, metrics, models, tokenize, workers_ai,
+};
 use crate::state::AppState;
 
 /// The whole HTTP API over `state`.
@@ -19,6 +21,7 @@ pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*model}", get(models::retrieve))
         .route("/tokenize", post(tokenize::tokenize))

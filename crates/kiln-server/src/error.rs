@@ -38,6 +38,18 @@ pub enum ApiError {
     },
     #[error("the model `{model}` does not exist; served models: {served}")]
     ModelNotFound { model: String, served: String },
+    /// The model exists but does something else than the endpoint needs.
+    #[error(
+        "model `{model}` is {article} {task} model, not {wanted_article} {wanted} model; use {endpoints}",
+        article = article(.task),
+        wanted_article = article(.wanted)
+    )]
+    WrongModelTask {
+        model: String,
+        task: String,
+        wanted: &'static str,
+        endpoints: String,
+    },
     #[error("no route for {method} {path}")]
     RouteNotFound { method: String, path: String },
     #[error("method {method} is not allowed on {path}")]
@@ -93,7 +105,8 @@ impl ApiError {
         match self {
             ApiError::InvalidJson { .. }
             | ApiError::InvalidRequest { .. }
-            | ApiError::ContextLength { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::ContextLength { .. }
+            | ApiError::WrongModelTask { .. } => StatusCode::BAD_REQUEST,
             ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }
@@ -129,6 +142,7 @@ impl ApiError {
             ApiError::InvalidRequest { .. } => "invalid_value",
             ApiError::ContextLength { .. } => "context_length_exceeded",
             ApiError::ModelNotFound { .. } => "model_not_found",
+            ApiError::WrongModelTask { .. } => "wrong_model_task",
             ApiError::RouteNotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized(_) => "invalid_api_key",
@@ -150,6 +164,7 @@ impl ApiError {
             ApiError::InvalidRequest { param, .. } => param.clone(),
             ApiError::ContextLength { param, .. } => Some(param.clone()),
             ApiError::ModelNotFound { .. }
+            | ApiError::WrongModelTask { .. }
             | ApiError::ModelLoading { .. }
             | ApiError::ModelUnavailable { .. }
             | ApiError::NoRoom { .. } => Some("model".into()),
@@ -240,6 +255,14 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `a` or `an` before a task name.
+fn article(word: &str) -> &'static str {
+    match word.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
+}
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)

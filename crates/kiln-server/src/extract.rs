@@ -19,6 +19,19 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let ApiBody(bytes) = ApiBody::from_request(req, state).await?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+/// The raw body under the server's limit (413 past it), for endpoints whose JSON type
+/// depends on the model (`/ai/run/{model}`); [`parse`] it once the type is known.
+pub struct ApiBody(pub Bytes);
+
+impl FromRequest<AppState> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let limit = state.config().body_limit;
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -29,7 +42,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 }
             }
         })?;
-        parse(&bytes).map(ApiJson)
+        Ok(ApiBody(bytes))
     }
 }
 

@@ -9,10 +9,13 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use kiln_api::Usage;
+use kiln_encoder::{Classifier, Embedder};
 use kiln_engine::ServingModel;
 use kiln_usage::{Meter, UsageRecord};
 
+use crate::encoder::Encoder;
 use crate::error::ApiError;
+use crate::kind::ModelKind;
 use crate::slot::{Hold, LoadedModel, ModelSlot};
 
 /// The header saying whether the model was loaded when the request arrived.
@@ -118,7 +121,28 @@ impl Lease {
     pub fn generator(&self) -> Result<Arc<ServingModel>, ApiError> {
         match &self.model {
             LoadedModel::Generate(m) => Ok(m.clone()),
+            _ => Err(self.mismatch(ModelKind::Generate)),
         }
+    }
+
+    /// The embedding model, or 400 when the model does something else.
+    pub fn embedder(&self) -> Result<Arc<Encoder<Embedder>>, ApiError> {
+        match &self.model {
+            LoadedModel::Embed(m) => Ok(m.clone()),
+            _ => Err(self.mismatch(ModelKind::Embed)),
+        }
+    }
+
+    /// The text classifier, or 400 when the model does something else.
+    pub fn classifier(&self) -> Result<Arc<Encoder<Classifier>>, ApiError> {
+        match &self.model {
+            LoadedModel::Classify(m) => Ok(m.clone()),
+            _ => Err(self.mismatch(ModelKind::Classify)),
+        }
+    }
+
+    fn mismatch(&self, wanted: ModelKind) -> ApiError {
+        ModelKind::mismatch(wanted, &self.slot().name, self.model.kind().task())
     }
 
     /// Adds one request's consumption to the caller's usage of this model.

@@ -3,9 +3,9 @@
 //! [`app`] builds the router over an [`AppState`] (the served models, API keys, limits);
 //! [`run`] binds, loads the pinned models in the background, serves, and shuts down
 //! gracefully. Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`,
-//! `GET /v1/models`, `POST /tokenize`, `POST /detokenize`, `POST /ai/run/{model}`
-//! (Workers AI style), `GET /admin/usage`, `GET /health`, `GET /ready`, `GET /metrics`
-//! (Prometheus).
+//! `POST /v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `POST /detokenize`,
+//! `POST /ai/run/{model}` (Workers AI style, for every task), `GET /admin/usage`,
+//! `GET /health`, `GET /ready`, `GET /metrics` (Prometheus).
 //!
 //! Models live in [`ModelSlot`]s under one memory budget ([`pool`]): unpinned ones load
 //! on their first request and the least recently used idle ones are unloaded to make
@@ -15,15 +15,19 @@
 //! Request flow: [`extract`] parses the body (errors name the field), [`validate`]
 //! range-checks it into an engine request, [`prompt`] renders and tokenizes, admission
 //! ([`admission`]) bounds the queue, [`generation`] runs it on the engine, and the
-//! response is either collected or streamed as SSE ([`stream`]). Every failure is an
-//! [`ApiError`], which alone knows HTTP statuses.
+//! response is either collected or streamed as SSE ([`stream`]). Encoder models
+//! (embeddings, text classification; [`encoder`]) skip the engine: a request is one
+//! forward pass on a blocking thread. Every failure is an [`ApiError`], which alone
+//! knows HTTP statuses.
 
 pub mod admission;
 mod app;
 mod auth;
+pub mod encoder;
 pub mod error;
 pub mod extract;
 pub mod generation;
+pub mod kind;
 pub mod lease;
 mod logprobs;
 pub mod metrics;
@@ -39,8 +43,10 @@ pub mod stream;
 pub mod validate;
 
 pub use app::app;
+pub use encoder::{Encoder, EncoderWeights};
 pub use error::{ApiError, Error, Result};
 pub use kiln_engine::ServingOptions;
+pub use kind::ModelKind;
 pub use lease::{CallContext, Caller, Lease, WARM_HEADER};
 pub use serve::{run, serve, shutdown_signal, ServeOptions};
 pub use slot::{LoadedModel, ModelSlot, SlotStatus};

@@ -391,8 +391,19 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
          and detokenize (on the consumers' threads).",
     );
     for m in models {
-        for p in m.engine.as_ref().map(StatsSnapshot::profile).unwrap_or_default() {
-            sample(&mut out, phase, m.name, &[("phase", p.phase)], p.time.as_secs_f64());
+        for p in m
+            .engine
+            .as_ref()
+            .map(StatsSnapshot::profile)
+            .unwrap_or_default()
+        {
+            sample(
+                &mut out,
+                phase,
+                m.name,
+                &[("phase", p.phase)],
+                p.time.as_secs_f64(),
+            );
         }
     }
     gauge(

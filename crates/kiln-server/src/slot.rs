@@ -3,18 +3,21 @@
 //! or wait for it.
 //!
 //! The loaded model is a [`LoadedModel`], an enum over the kinds of model the server runs
-//! (today text generation; encoders are meant to be further variants), so the slot, the
-//! memory budget and the metrics are shared by every kind.
+//! (text generation on the engine, and encoders: embeddings and text classification), so
+//! the slot, the memory budget and the metrics are shared by every kind.
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use kiln_backend::KvShape;
+use kiln_encoder::{Classifier, Embedder};
 use kiln_engine::{ServingModel, StatsSnapshot};
 use tokio::sync::watch;
 
 use crate::admission::Admission;
+use crate::encoder::{Encoder, CONCURRENT_PASSES};
 use crate::error::ApiError;
+use crate::kind::ModelKind;
 use crate::metrics::ModelMetrics;
 use crate::source::ModelSource;
 use crate::state::unix_now;
@@ -24,17 +27,41 @@ use crate::state::unix_now;
 pub enum LoadedModel {
     /// A text-generation model and its engine thread.
     Generate(Arc<ServingModel>),
+    /// A sentence-embedding model.
+    Embed(Arc<Encoder<Embedder>>),
+    /// A text classifier.
+    Classify(Arc<Encoder<Classifier>>),
 }
 
 impl LoadedModel {
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            LoadedModel::Generate(_) => ModelKind::Generate,
+            LoadedModel::Embed(_) => ModelKind::Embed,
+            LoadedModel::Classify(_) => ModelKind::Classify,
+        }
+    }
+
     /// The text-generation model, if this is one.
     pub fn generate(&self) -> Option<&Arc<ServingModel>> {
         match self {
             LoadedModel::Generate(m) => Some(m),
+            _ => None,
         }
     }
 
-    /// Bytes of the KV cache it allocated.
+    /// What the model takes against the memory budget: for a text model its weights
+    /// file (`file_bytes`, mapped) plus the KV cache it allocated; for an encoder its
+    /// weights as decoded into memory.
+    pub fn memory_bytes(&self, file_bytes: u64) -> u64 {
+        match self {
+            LoadedModel::Generate(_) => file_bytes.saturating_add(self.kv_bytes()),
+            LoadedModel::Embed(e) => e.weights().bytes,
+            LoadedModel::Classify(c) => c.weights().bytes,
+        }
+    }
+
+    /// Bytes of the KV cache it allocated (none for an encoder).
     pub fn kv_bytes(&self) -> u64 {
         match self {
             LoadedModel::Generate(m) => {
@@ -48,11 +75,13 @@ impl LoadedModel {
                 };
                 (shape.block_bytes(e.kv_dtype) as u64).saturating_mul(e.num_kv_blocks as u64)
             }
+            LoadedModel::Embed(_) | LoadedModel::Classify(_) => 0,
         }
     }
 
-    /// Weights of the model: the transformer blocks plus one embedding matrix (counted
-    /// from the configuration, so tied and untied output layers count the same).
+    /// Weights of the model. A text model's transformer blocks plus one embedding matrix
+    /// (counted from the configuration, so tied and untied output layers count the
+    /// same); an encoder's float tensors.
     pub fn parameters(&self) -> u64 {
         match self {
             LoadedModel::Generate(m) => {
@@ -62,26 +91,34 @@ impl LoadedModel {
                 let ffn = 3 * d * f;
                 (c.vocab_size * d + c.n_layers * (attention + ffn)) as u64
             }
+            LoadedModel::Embed(e) => e.weights().parameters,
+            LoadedModel::Classify(c) => c.weights().parameters,
         }
     }
 
-    /// Sequences that run at once; the admission queue's running share.
+    /// Sequences that run at once (encoder requests: one each); the admission queue's
+    /// running share.
     pub fn max_running(&self) -> usize {
         match self {
             LoadedModel::Generate(m) => m.engine_config.max_num_seqs,
+            LoadedModel::Embed(_) | LoadedModel::Classify(_) => CONCURRENT_PASSES,
         }
     }
 
+    /// Longest input in tokens: prompt plus completion, or one text for an encoder.
     pub fn max_model_len(&self) -> Option<usize> {
         match self {
             LoadedModel::Generate(m) => Some(m.engine_config.max_model_len),
+            LoadedModel::Embed(e) => Some(e.model().max_tokens()),
+            LoadedModel::Classify(c) => Some(c.model().max_tokens()),
         }
     }
 
-    /// The engine's counters, for `/metrics`.
+    /// The engine's counters, for `/metrics` (encoders have no engine).
     pub fn engine_stats(&self) -> Option<StatsSnapshot> {
         match self {
             LoadedModel::Generate(m) => Some(m.handle().stats().snapshot()),
+            LoadedModel::Embed(_) | LoadedModel::Classify(_) => None,
         }
     }
 
@@ -94,6 +131,9 @@ impl LoadedModel {
                 Ok(m) => m.shutdown(),
                 Err(shared) => shared.handle().drain(),
             },
+            // No thread of its own: freed with the last reference (a pass under way
+            // holds one until it ends).
+            LoadedModel::Embed(_) | LoadedModel::Classify(_) => {}
         }
     }
 
@@ -112,6 +152,24 @@ impl LoadedModel {
                     m.model_config.vocab_size
                 )
             }
+            LoadedModel::Embed(e) => {
+                let m = e.model();
+                format!(
+                    "{}|{name}|embeddings|{}|{}|{}|{}",
+                    env!("CARGO_PKG_VERSION"),
+                    m.dim(),
+                    m.max_tokens(),
+                    m.normalizes(),
+                    e.weights().parameters
+                )
+            }
+            LoadedModel::Classify(c) => format!(
+                "{}|{name}|text-classification|{}|{}|{}",
+                env!("CARGO_PKG_VERSION"),
+                c.model().labels().join(","),
+                c.model().max_tokens(),
+                c.weights().parameters
+            ),
         };
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in key.bytes() {
@@ -173,6 +231,9 @@ pub struct ModelSlot {
     pub aliases: Vec<String>,
     /// Catalogue task, e.g. `text-generation`.
     pub task: String,
+    /// What the task makes of it; `None` for a task the server can't run (its load
+    /// fails).
+    pub kind: Option<ModelKind>,
     /// Unix seconds the slot was created (`created` in `/v1/models`).
     pub created: u64,
     /// Loaded at start and never unloaded.
@@ -225,6 +286,7 @@ impl ModelSlot {
         Self {
             name,
             aliases,
+            kind: ModelKind::from_task(&task),
             task,
             created: unix_now(),
             pinned,
@@ -251,8 +313,8 @@ impl ModelSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Makes `model` the loaded one; `weights` is its file size. After shutdown has
-    /// taken the slot, the model is handed back instead.
+    /// Makes `model` the loaded one; `weights` is the size of its file(s). After shutdown
+    /// has taken the slot, the model is handed back instead.
     pub(crate) fn install(&self, model: LoadedModel, weights: u64) -> Result<(), LoadedModel> {
         let fingerprint = model.fingerprint(&self.name);
         let mut st = self.lock();
@@ -265,7 +327,7 @@ impl ModelSlot {
             .fingerprint
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = fingerprint;
-        st.bytes = weights.saturating_add(model.kv_bytes());
+        st.bytes = model.memory_bytes(weights);
         st.parameters = Some(model.parameters());
         st.failure = None;
         st.phase = Phase::Loaded(model);
@@ -341,6 +403,15 @@ impl ModelSlot {
                 st.phase = other;
                 None
             }
+        }
+    }
+
+    /// `Ok` when the model is of kind `wanted`, else the 400 that names its endpoints.
+    pub fn require(&self, wanted: ModelKind) -> Result<(), ApiError> {
+        if self.kind == Some(wanted) {
+            Ok(())
+        } else {
+            Err(ModelKind::mismatch(wanted, &self.name, &self.task))
         }
     }
 

@@ -3,13 +3,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kiln_encoder::{Classifier, Embedder};
 use kiln_engine::{ServingModel, ServingOptions};
 
+use crate::encoder::{Encoder, EncoderWeights};
+use crate::kind::ModelKind;
 use crate::slot::LoadedModel;
 
 /// KV cache the engine takes when none is configured: a quarter of available memory,
 /// at most this (the engine's own default cap).
 const DEFAULT_KV_CAP: u64 = 4 << 30;
+
+/// The weights file of an encoder's directory (NanoGuard's is written by its first load).
+const ENCODER_WEIGHTS: &str = "model.safetensors";
 
 /// A model to serve: its names, its file(s), its settings and whether it stays loaded.
 #[derive(Debug, Clone)]
@@ -18,7 +24,7 @@ pub struct ModelSource {
     pub aliases: Vec<String>,
     /// Catalogue task, e.g. `text-generation`; picks the loader.
     pub task: String,
-    /// The weights file (GGUF), or a model directory for formats that have several.
+    /// The weights file (GGUF) of a text model, or the model directory of an encoder.
     pub path: PathBuf,
     pub options: ServingOptions,
     /// Loaded at start and never unloaded.
@@ -26,15 +32,31 @@ pub struct ModelSource {
 }
 
 impl ModelSource {
-    /// Loads the model for its task.
+    /// Loads the model for its task (blocking: reads and decodes the weights).
     pub fn load(&self) -> Result<LoadedModel, String> {
-        match self.task.as_str() {
-            "text-generation" => ServingModel::load(&self.name, &self.path, &self.options)
+        let failed =
+            |e: &dyn std::fmt::Display| format!("cannot load {}: {e}", self.path.display());
+        match ModelKind::from_task(&self.task) {
+            Some(ModelKind::Generate) => ServingModel::load(&self.name, &self.path, &self.options)
                 .map(|m| LoadedModel::Generate(Arc::new(m)))
-                .map_err(|e| format!("cannot load {}: {e}", self.path.display())),
-            other => Err(format!(
-                "the server can't run {other} models (model `{}`)",
-                self.name
+                .map_err(|e| failed(&e)),
+            Some(ModelKind::Embed) => {
+                let model = Embedder::load(&self.path).map_err(|e| failed(&e))?;
+                let weights = EncoderWeights::read(&self.path.join(ENCODER_WEIGHTS))
+                    .map_err(|e| failed(&e))?;
+                Ok(LoadedModel::Embed(Arc::new(Encoder::new(model, weights))))
+            }
+            Some(ModelKind::Classify) => {
+                let model = Classifier::load(&self.path).map_err(|e| failed(&e))?;
+                let weights = EncoderWeights::read(&self.path.join(ENCODER_WEIGHTS))
+                    .map_err(|e| failed(&e))?;
+                Ok(LoadedModel::Classify(Arc::new(Encoder::new(
+                    model, weights,
+                ))))
+            }
+            None => Err(format!(
+                "the server can't run {} models (model `{}`)",
+                self.task, self.name
             )),
         }
     }
@@ -44,21 +66,29 @@ impl ModelSource {
         size_of(&self.path)
     }
 
-    /// What the model will take when loaded: its weights plus its KV cache (the
-    /// configured size, or the engine's default cap when none is; an upper bound that
-    /// the first load replaces with what was actually allocated).
+    /// What the model will take when loaded (an upper bound that the first load replaces
+    /// with what was actually allocated). A text model: its weights file plus its KV
+    /// cache (the configured size, or the engine's default cap when none is). An
+    /// encoder: its float weights as f32; before NanoGuard's first load has converted
+    /// them, twice its files' size (stored weights take at least two bytes each).
     pub fn estimated_bytes(&self) -> u64 {
-        let kv = match self.task.as_str() {
-            "text-generation" => self.options.kv_cache_bytes.map_or_else(
-                || {
-                    kiln_engine::serving::available_memory()
-                        .map_or(DEFAULT_KV_CAP, |m| (m as u64 / 4).min(DEFAULT_KV_CAP))
-                },
-                |b| b as u64,
-            ),
-            _ => 0,
-        };
-        self.weights_bytes().saturating_add(kv)
+        match ModelKind::from_task(&self.task) {
+            Some(ModelKind::Generate) => {
+                let kv = self.options.kv_cache_bytes.map_or_else(
+                    || {
+                        kiln_engine::serving::available_memory()
+                            .map_or(DEFAULT_KV_CAP, |m| (m as u64 / 4).min(DEFAULT_KV_CAP))
+                    },
+                    |b| b as u64,
+                );
+                self.weights_bytes().saturating_add(kv)
+            }
+            Some(ModelKind::Embed | ModelKind::Classify) => {
+                EncoderWeights::read(&self.path.join(ENCODER_WEIGHTS))
+                    .map_or_else(|_| self.weights_bytes().saturating_mul(2), |w| w.bytes)
+            }
+            None => self.weights_bytes(),
+        }
     }
 }
 

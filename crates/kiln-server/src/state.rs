@@ -10,6 +10,7 @@ use kiln_engine::ServingModel;
 use kiln_usage::Meter;
 
 use crate::error::{ApiError, Error, Result};
+use crate::kind::ModelKind;
 use crate::lease::{CallContext, Lease};
 use crate::pool::ModelPool;
 use crate::slot::{LoadedModel, ModelSlot};
@@ -179,6 +180,36 @@ impl AppState {
             })
     }
 
+    /// Like [`AppState::resolve`] for an endpoint that needs a model of kind `kind`:
+    /// a request that names none gets the first such model, and one that names a model
+    /// of another kind gets a 400 naming that model's endpoints (before anything loads).
+    pub fn resolve_for(
+        &self,
+        name: Option<&str>,
+        kind: ModelKind,
+    ) -> std::result::Result<Arc<ModelSlot>, ApiError> {
+        if name.is_some_and(|n| !n.trim().is_empty()) {
+            let slot = self.resolve(name)?;
+            slot.require(kind)?;
+            return Ok(slot);
+        }
+        if let Some(slot) = self.models().iter().find(|m| m.kind == Some(kind)) {
+            return Ok(slot.clone());
+        }
+        Err(ApiError::invalid(
+            "model",
+            format!(
+                "no {} model is served; served models: {}",
+                kind.task(),
+                self.models()
+                    .iter()
+                    .map(|m| format!("{} ({})", m.name, m.task))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ))
+    }
+
     /// The named model for one request, loaded (waiting for its load if needed) and held
     /// until the lease is dropped. Records warm or cold in `ctx` and the metrics.
     pub async fn lease(
@@ -187,6 +218,26 @@ impl AppState {
         ctx: &CallContext,
     ) -> std::result::Result<Lease, ApiError> {
         let slot = self.resolve(name)?;
+        self.lease_slot(slot, ctx).await
+    }
+
+    /// [`AppState::lease`] on a model of kind `kind` ([`AppState::resolve_for`]).
+    pub async fn lease_for(
+        &self,
+        name: Option<&str>,
+        ctx: &CallContext,
+        kind: ModelKind,
+    ) -> std::result::Result<Lease, ApiError> {
+        let slot = self.resolve_for(name, kind)?;
+        self.lease_slot(slot, ctx).await
+    }
+
+    /// A lease on `slot`, loading it first if needed.
+    pub async fn lease_slot(
+        &self,
+        slot: Arc<ModelSlot>,
+        ctx: &CallContext,
+    ) -> std::result::Result<Lease, ApiError> {
         let acquired = self.0.pool.acquire(&slot).await.inspect_err(|_| {
             ctx.warmth.set(false);
         })?;

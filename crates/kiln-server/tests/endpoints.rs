@@ -325,9 +325,8 @@ async fn metrics_are_prometheus_text_with_kiln_names() {
     assert!(value(&text, &format!("kiln:generation_tokens_total{label}")) >= 3.0);
     // The per-step profile: the forward pass ran matmuls and attention.
     for phase in ["matmul", "attention"] {
-        let series = format!(
-            "kiln:engine_phase_seconds_total{{model_name=\"{MODEL}\",phase=\"{phase}\"}}"
-        );
+        let series =
+            format!("kiln:engine_phase_seconds_total{{model_name=\"{MODEL}\",phase=\"{phase}\"}}");
         assert!(value(&text, &series) > 0.0, "{series}");
     }
     // Every line is a comment or `name{labels} value`.

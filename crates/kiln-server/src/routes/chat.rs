@@ -17,6 +17,7 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -30,7 +31,9 @@ pub async fn chat_completions(
     ctx: CallContext,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let lease = state
+        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+        .await?;
     let (slot, model) = (lease.slot().clone(), lease.generator()?);
     if let Some(f) = req.response_format.as_ref().filter(|f| f.kind != "text") {
         return Err(ApiError::invalid(

@@ -17,6 +17,7 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -33,7 +34,9 @@ pub async fn completions(
     ctx: CallContext,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let lease = state
+        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+        .await?;
     let (slot, model) = (lease.slot().clone(), lease.generator()?);
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(

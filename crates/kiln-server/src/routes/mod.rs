@@ -1,13 +1,16 @@
-//! One module per endpoint, plus what the generation endpoints share.
+//! One module per endpoint (Workers AI's encoder tasks apart), plus what the generation
+//! endpoints share.
 
 pub mod admin;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod tokenize;
 pub mod workers_ai;
+pub mod workers_ai_encoders;
 
 use crate::admission::Permit;
 use crate::error::ApiError;

@@ -8,6 +8,7 @@ use kiln_api::tokenize::{
 
 use crate::error::ApiError;
 use crate::extract::ApiJson;
+use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
@@ -17,7 +18,9 @@ pub async fn tokenize(
     ctx: CallContext,
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let lease = state
+        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+        .await?;
     let model = lease.generator()?;
     let input = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) => Err(p),
@@ -59,7 +62,9 @@ pub async fn detokenize(
     ctx: CallContext,
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    let lease = state.lease(req.model.as_deref(), &ctx).await?;
+    let lease = state
+        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+        .await?;
     let model = lease.generator()?;
     prompt::check_token_ids(&req.tokens, model.tokenizer.vocab_size(), "tokens")?;
     let m = model.clone();

@@ -1,7 +1,11 @@
-//! `POST /ai/run/{model}`, after Cloudflare Workers AI: `{prompt}` or `{messages}` in,
-//! `{result: {response, usage}, success, errors, messages}` out, or streamed as
-//! `data: {"response": "..."}` events ending with `data: [DONE]`. The model name may
-//! contain slashes (`@kiln/smollm2-135m-instruct`).
+//! `POST /ai/run/{model}`, after Cloudflare Workers AI; the model's task decides the
+//! body. Text generation: `{prompt}` or `{messages}` in, `{result: {response, usage},
+//! success, errors, messages}` out, or streamed as `data: {"response": "..."}` events
+//! ending with `data: [DONE]`. Embeddings and text classification: see
+//! [`super::workers_ai_encoders`]. The model name may contain slashes
+//! (`@kiln/smollm2-135m-instruct`).
+
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -11,12 +15,14 @@ use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 
-use super::admit;
+use super::{admit, workers_ai_encoders};
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{parse, ApiBody};
 use crate::generation::{collect, ChoiceEvent, Generation};
+use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
+use crate::slot::ModelSlot;
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::validate::{Sampling, SamplingFields};
@@ -28,9 +34,28 @@ pub async fn run(
     State(state): State<AppState>,
     Path(model_name): Path<String>,
     ctx: CallContext,
-    ApiJson(req): ApiJson<AiRunRequest>,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let lease = state.lease(Some(&model_name), &ctx).await?;
+    let slot = state.resolve(Some(&model_name))?;
+    match slot.kind {
+        Some(ModelKind::Embed) => {
+            workers_ai_encoders::embed(&state, slot, &ctx, parse(&body)?).await
+        }
+        Some(ModelKind::Classify) => {
+            workers_ai_encoders::classify(&state, slot, &ctx, parse(&body)?).await
+        }
+        // A task the server can't run fails at load, with the reason.
+        Some(ModelKind::Generate) | None => generate(&state, slot, &ctx, parse(&body)?).await,
+    }
+}
+
+async fn generate(
+    state: &AppState,
+    slot: Arc<ModelSlot>,
+    ctx: &CallContext,
+    req: AiRunRequest,
+) -> Result<Response, ApiError> {
+    let lease = state.lease_slot(slot, ctx).await?;
     let (slot, model) = (lease.slot().clone(), lease.generator()?);
     let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),

@@ -1,7 +1,11 @@
-//! `kiln pull`: fetch catalogue entries into the cache.
+//! `kiln pull`: fetch catalogue entries into the cache, and convert those that are
+//! converted on first load (NanoGuard) at once, so the cache can be read-only after.
+
+use std::path::Path;
 
 use anyhow::Context;
 use kiln_catalog::{catalog, ModelSpec, ModelStatus};
+use kiln_encoder::nanoguard;
 
 use super::GlobalArgs;
 use crate::progress::BarProgress;
@@ -37,13 +41,29 @@ pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
         let path = cache.primary_path(spec);
         if cache.status(spec) == ModelStatus::Present {
             println!("{}: already cached at {}", spec.name, path.display());
-            continue;
+        } else {
+            let progress = BarProgress::new(spec.name);
+            cache
+                .ensure(spec, &progress)
+                .with_context(|| format!("cannot pull {}", spec.name))?;
+            println!("{}: ready at {}", spec.name, path.display());
         }
-        let progress = BarProgress::new(spec.name);
-        cache
-            .ensure(spec, &progress)
-            .with_context(|| format!("cannot pull {}", spec.name))?;
-        println!("{}: ready at {}", spec.name, path.display());
+        convert_if_needed(spec, &cache.model_dir(spec))?;
     }
+    Ok(())
+}
+
+/// Writes NanoGuard's safetensors and `tokenizer.json` beside its PyTorch files, unless
+/// a current conversion is there.
+fn convert_if_needed(spec: &ModelSpec, dir: &Path) -> anyhow::Result<()> {
+    if spec.architecture != "nanoguard" || nanoguard::is_converted(dir) {
+        return Ok(());
+    }
+    nanoguard::convert(dir, dir).with_context(|| format!("cannot convert {}", spec.name))?;
+    println!(
+        "{}: converted to safetensors in {}",
+        spec.name,
+        dir.display()
+    );
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! With no arguments it serves the default model on 127.0.0.1:8000, fetching it first if
 //! needed. Settings come from flags, then their environment variables, then the
 //! `--config` file, then defaults. Several models share `--models-memory`; pinned ones
-//! (and a lone model) load at start, the others on their first request.
+//! (and a lone model) load at start, the others on their first request. Embedding and
+//! text-classification models are served beside text models, under the same budget.
 
 mod config;
 
@@ -271,10 +272,10 @@ fn settings(
     for (name, pin) in &names {
         let spec = kiln_catalog::find(name)?;
         anyhow::ensure!(
-            spec.task == Task::TextGeneration,
-            "{} is a {} model; `kiln serve` serves text-generation models",
-            spec.name,
-            spec.task
+            spec.task != Task::Dataset,
+            "{} is a data set, not a model; `kiln serve` serves text-generation, embeddings \
+             and text-classification models",
+            spec.name
         );
         match specs.iter_mut().find(|(s, _)| s.name == spec.name) {
             Some((_, p)) => *p |= pin,
@@ -292,11 +293,16 @@ fn settings(
         cache
             .ensure(spec, &progress)
             .with_context(|| format!("cannot fetch {}", spec.name))?;
+        // A GGUF model is one file; an encoder is read from its directory.
+        let path = match spec.task {
+            Task::TextGeneration => cache.primary_path(spec),
+            _ => cache.model_dir(spec),
+        };
         models.push(ModelSource {
             name: spec.name.to_string(),
             aliases: spec.aliases.iter().map(|a| a.to_string()).collect(),
             task: spec.task.as_str().to_string(),
-            path: cache.primary_path(spec),
+            path,
             options: engine.clone(),
             pin,
         });

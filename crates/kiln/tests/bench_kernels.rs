@@ -1,0 +1,99 @@
+//! `kiln bench kernels --quick` as a real process: the JSON it writes is well formed,
+//! the machine's ceilings are positive, and every kernel has measurements (or, for a
+//! packed kernel on a CPU without one, a stated reason). Timings are never asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The catalogue's weight types on their matmul paths, as the report names them.
+const KERNELS: [&str; 6] = [
+    "q4_1 packed",
+    "q8_0 packed",
+    "q4_K vec_dot",
+    "q5_0 vec_dot",
+    "q6_K vec_dot",
+    "q8_0 vec_dot",
+];
+const OPS: [&str; 3] = ["rms_norm", "softmax_inplace", "dot_f16_rows"];
+
+fn positive(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x > 0.0 && x.is_finite(), "{what} = {x}");
+    x
+}
+
+#[test]
+fn quick_run_writes_ceilings_and_a_row_per_kernel() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json_path = dir.path().join("kernels.json");
+    let out = Command::new(Path::new(env!("CARGO_BIN_EXE_kiln")))
+        .args(["bench", "kernels", "--quick", "--threads", "2", "--json"])
+        .arg(&json_path)
+        .output()
+        .expect("kiln runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kiln bench kernels failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("| int8 dot product |"), "{stdout}");
+    assert!(stdout.contains("| q4_1 packed |"), "{stdout}");
+
+    let text = std::fs::read_to_string(&json_path).expect("the JSON file was written");
+    let r: Value = serde_json::from_str(&text).expect("well-formed JSON");
+    assert_eq!(r["format"], "kiln-bench-kernels/1");
+    assert_eq!(r["quick"], true);
+    assert_eq!(r["threads"], 2);
+    let c = &r["ceilings"];
+    assert_eq!(c["threads"], 2);
+    let int8 = positive(&c["int8"]["gops"], "int8 ceiling");
+    positive(&c["f32_fma"]["gflops"], "f32 FMA ceiling");
+    let bandwidth = positive(&c["memory"]["gb_per_s"], "memory ceiling");
+    assert!(c["memory"]["buffer_bytes"].as_u64() >= Some(64 << 20));
+
+    let rows = r["matmul"].as_array().expect("matmul rows");
+    let skipped = r["skipped"].as_array().expect("skipped list");
+    let isa = r["machine"]["kernel_isa"].as_str().expect("kernel isa");
+    for kernel in KERNELS {
+        let mine: Vec<&Value> = rows.iter().filter(|x| x["kernel"] == kernel).collect();
+        if mine.is_empty() {
+            // Only a packed kernel may be missing, only where there is no packed kernel.
+            let why = skipped.iter().find(|s| s["kernel"] == kernel);
+            assert!(
+                kernel.ends_with("packed") && isa != "avx512" && why.is_some(),
+                "no rows for {kernel} (kernel isa {isa}): {text}"
+            );
+            continue;
+        }
+        let tokens: Vec<u64> = mine.iter().filter_map(|x| x["tokens"].as_u64()).collect();
+        assert_eq!(tokens, [1, 8], "{kernel}");
+        for row in mine {
+            let what = format!("{kernel} × {}", row["tokens"]);
+            let gops = positive(&row["gops"], &what);
+            let pct = positive(&row["int8_ceiling_pct"], &what);
+            assert!((pct - 100.0 * gops / int8).abs() < 1e-6 * pct, "{what}");
+            positive(&row["time"]["median_s"], &what);
+            assert!(row["time"]["min_s"].as_f64() <= row["time"]["median_s"].as_f64());
+            positive(&row["weight_bytes"], &what);
+            if row["tokens"] == 1 {
+                let gbs = positive(&row["weight_gb_per_s"], &what);
+                let pct = positive(&row["bandwidth_pct"], &what);
+                assert!((pct - 100.0 * gbs / bandwidth).abs() < 1e-6 * pct, "{what}");
+            } else {
+                assert!(row["weight_gb_per_s"].is_null(), "{what}");
+            }
+        }
+    }
+    let ops = r["ops"].as_array().expect("op rows");
+    let names: Vec<&str> = ops.iter().filter_map(|o| o["op"].as_str()).collect();
+    assert_eq!(names, OPS);
+    for op in ops {
+        positive(&op["gb_per_s"], &op["op"].to_string());
+    }
+}
