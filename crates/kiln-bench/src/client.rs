@@ -120,8 +120,12 @@ impl HttpClient {
         let mut connector = HttpConnector::new();
         // Latency is the measurement: don't let Nagle hold small writes back.
         connector.set_nodelay(true);
+        // A fresh connection per request: servers close kept-alive connections on their
+        // own schedule (llama-server's HTTP library after a few requests), and a request
+        // sent on a connection the server is closing fails before it starts. Loopback
+        // connects cost microseconds, the same for every server measured.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(0)
             .build(connector);
         Ok(HttpClient {
             client,

@@ -93,6 +93,9 @@ pub enum Error {
     #[error("server at {url} did not answer /health or /v1/models within {seconds} s")]
     ServerTimeout { url: String, seconds: u64 },
 
+    #[error("kernel benchmark {kernel}: {reason}")]
+    Kernel { kernel: String, reason: String },
+
     #[error("cannot draw plot {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
 }

@@ -13,7 +13,12 @@
 //!    process's CPU time and peak memory from `/proc`; [`Comparison`] gives B/A ratios
 //!    and Markdown tables; [`plot::draw_all`] draws SVG plots.
 //!
-//! The benchmark never links the engine: it sees servers only through HTTP and `/proc`.
+//! The serving benchmark never links the engine: it sees servers only through HTTP and
+//! `/proc`.
+//!
+//! [`kernels`] is the other benchmark, `kiln bench kernels`: the backend's matmul and
+//! the kernels' f32 ops, timed through their public APIs, against the machine's int8,
+//! FMA and memory-bandwidth ceilings measured in the same run.
 //!
 //! ```no_run
 //! use kiln_bench::{block_on, run, RunConfig, Workload};
@@ -30,6 +35,7 @@ mod client;
 mod compare;
 mod dataset;
 mod error;
+pub mod kernels;
 pub mod plot;
 pub mod procfs;
 mod report;

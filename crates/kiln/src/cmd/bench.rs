@@ -1,11 +1,13 @@
 //! `kiln bench`: the serving benchmark (see the `kiln-bench` crate) against any
-//! OpenAI-compatible server, alone (`serve`) or two side by side (`compare`).
+//! OpenAI-compatible server, alone (`serve`) or two side by side (`compare`); and the
+//! compute kernels against the machine's own ceilings (`kernels`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use kiln_bench::kernels::{run_kernels, KernelBenchConfig};
 use kiln_bench::{
     block_on, fetch_sharegpt, markdown_runs, parse_extra_body, plot, save_runs, sweep, Comparison,
     Endpoint, GgufTokenCounter, LengthFilter, RunConfig, RunReport, ServerCommand, ServerTarget,
@@ -28,6 +30,30 @@ enum BenchCommand {
     Serve(ServeArgs),
     /// Benchmark two servers, one after the other, on the same workload; print B/A ratios
     Compare(CompareArgs),
+    /// Time the matmul and f32 kernels against this machine's int8, FMA and memory
+    /// ceilings, measured in the same run
+    Kernels(KernelsArgs),
+}
+
+/// Arguments of `kiln bench kernels`.
+#[derive(Debug, clap::Args)]
+struct KernelsArgs {
+    /// Threads for the ceilings and the matmuls [default: every core]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// A short run: one shape per kernel, 1 and 8 tokens, brief timings, small buffers
+    #[arg(long)]
+    quick: bool,
+    /// Write every measurement as JSON
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// MiB of distinct weights each matmul's calls rotate through, so batch-1 calls read
+    /// weights from memory; 0 keeps one matrix in cache [default: 128; --quick: 8]
+    #[arg(long, value_name = "MIB")]
+    weight_set: Option<usize>,
+    /// MiB streamed by the memory-bandwidth ceiling [default: 512; --quick: 64]
+    #[arg(long, value_name = "MIB")]
+    memory_buffer: Option<usize>,
 }
 
 /// Where the requests come from.
@@ -181,7 +207,32 @@ pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Serve(a) => serve(global, a),
         BenchCommand::Compare(a) => compare(global, a),
+        BenchCommand::Kernels(a) => kernels(a),
     }
+}
+
+fn kernels(args: KernelsArgs) -> anyhow::Result<()> {
+    let threads = args
+        .threads
+        .unwrap_or_else(KernelBenchConfig::default_threads);
+    let mut config = KernelBenchConfig::new(threads, args.quick);
+    let mib = |m: usize, flag: &str| {
+        m.checked_mul(1 << 20)
+            .with_context(|| format!("{flag} {m} MiB is too large"))
+    };
+    if let Some(m) = args.weight_set {
+        config.weight_set_bytes = mib(m, "--weight-set")?;
+    }
+    if let Some(m) = args.memory_buffer {
+        config.memory_bytes = mib(m, "--memory-buffer")?;
+    }
+    let report = run_kernels(&config)?;
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        report.save(path)?;
+        println!("results: {}", path.display());
+    }
+    Ok(())
 }
 
 fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
