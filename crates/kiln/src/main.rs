@@ -35,7 +35,7 @@ enum Command {
     Pull(cmd::pull::Args),
     /// List the catalogue and what is cached
     Models(cmd::models::Args),
-    /// Benchmark OpenAI-compatible servers (serving throughput and latency)
+    /// Benchmark OpenAI-compatible servers (serving throughput and latency) and the kernels
     Bench(Box<cmd::bench::Args>),
     /// Serve models over an OpenAI-compatible HTTP API
     Serve(Box<cmd::serve::Args>),
