@@ -140,9 +140,7 @@ impl EngineStats {
     /// Counts tokens sampled this step; called before any sequence of the step is
     /// reported finished, so a reader that saw a request end sees its tokens counted.
     pub(crate) fn sampled(&self, sampled: usize) {
-        self.0
-            .generation_tokens
-            .fetch_add(sampled as u64, Relaxed);
+        self.0.generation_tokens.fetch_add(sampled as u64, Relaxed);
     }
 
     pub(crate) fn step(
