@@ -64,28 +64,36 @@ pub fn legacy(
     out
 }
 
-/// Legacy entries for an echoed prompt: `ids` are its tokens, `lps[i]` the logprobs of
-/// token `i + 1` (the first token has no context, so its entries are null), `first` the
-/// first position to include. Offsets are each token's character offset in the prompt's
-/// decoded text.
+/// Each token's character offset in the decoded text of `ids` (for `text_offset`).
+pub fn prompt_offsets(tok: &Tokenizer, ids: &[u32]) -> Vec<usize> {
+    let mut decoder = IncrementalDecoder::new(tok, false);
+    let mut offset = 0;
+    ids.iter()
+        .map(|&id| {
+            let at = offset;
+            offset += decoder.push(id).chars().count();
+            at
+        })
+        .collect()
+}
+
+/// Legacy entries for an echoed prompt: `ids` are its tokens and `offsets` their
+/// [`prompt_offsets`], `lps[i]` the logprobs of token `i + 1` (the first token has no
+/// context, so its entries are null); positions `first..=lps.len()` are included.
 pub fn legacy_prompt(
     tok: &Tokenizer,
     ids: &[u32],
+    offsets: &[usize],
     lps: &[TokenLogprobs],
     first: usize,
 ) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
-    let mut decoder = IncrementalDecoder::new(tok, false);
-    let mut offset = 0;
-    for (pos, &id) in ids.iter().enumerate().take(lps.len() + 1) {
-        if pos >= first {
-            let lp = pos.checked_sub(1).and_then(|i| lps.get(i));
-            out.tokens.push(token_text(tok, id).0);
-            out.token_logprobs.push(lp.map(|lp| lp.logprob));
-            out.top_logprobs.push(lp.map(|lp| top_map(tok, lp)));
-            out.text_offset.push(offset);
-        }
-        offset += decoder.push(id).chars().count();
+    for (pos, &id) in ids.iter().enumerate().take(lps.len() + 1).skip(first) {
+        let lp = pos.checked_sub(1).and_then(|i| lps.get(i));
+        out.tokens.push(token_text(tok, id).0);
+        out.token_logprobs.push(lp.map(|lp| lp.logprob));
+        out.top_logprobs.push(lp.map(|lp| top_map(tok, lp)));
+        out.text_offset.push(offsets.get(pos).copied().unwrap_or(0));
     }
     out
 }

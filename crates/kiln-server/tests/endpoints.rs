@@ -154,6 +154,56 @@ async fn completions_batch_echo_and_logprobs() {
 }
 
 #[tokio::test]
+async fn streamed_echo_carries_the_prompts_logprobs_once_each() {
+    let s = state();
+    let body = json!({"prompt": "Red green blue", "max_tokens": 2, "temperature": 0,
+        "ignore_eos": true, "echo": true, "logprobs": 1, "stream": true});
+    let plain = {
+        let mut b = body.clone();
+        b["stream"] = json!(false);
+        post(&s, "/v1/completions", &b.to_string()).await.json()
+    };
+    let r = post(&s, "/v1/completions", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let events = sse_events(&r.text());
+    // Merge every chunk's logprobs in order: prompt tokens, then generated ones.
+    let (mut tokens, mut logprobs, mut offsets) = (vec![], vec![], vec![]);
+    for e in &events[..events.len() - 1] {
+        let c: Value = serde_json::from_str(e).expect("chunk JSON");
+        let lp = &c["choices"][0]["logprobs"];
+        if lp.is_null() {
+            continue;
+        }
+        for i in 0..lp["tokens"].as_array().map_or(0, Vec::len) {
+            tokens.push(lp["tokens"][i].clone());
+            logprobs.push(lp["token_logprobs"][i].clone());
+            offsets.push(lp["text_offset"][i].clone());
+        }
+    }
+    let want = &plain["choices"][0]["logprobs"];
+    assert_eq!(
+        json!(tokens),
+        want["tokens"],
+        "streamed tokens equal the plain response's"
+    );
+    assert_eq!(
+        json!(offsets[..tokens.len() - 2]),
+        json!(want["text_offset"]
+            .as_array()
+            .map(|a| a[..a.len() - 2].to_vec()))
+    );
+    assert!(logprobs[0].is_null());
+    for (got, want) in logprobs
+        .iter()
+        .zip(want["token_logprobs"].as_array().expect("list"))
+    {
+        if let (Some(g), Some(w)) = (got.as_f64(), want.as_f64()) {
+            assert!((g - w).abs() < 1e-4, "{g} vs {w}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn chat_logprobs_in_chat_format() {
     let s = state();
     let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0,

@@ -132,6 +132,7 @@ pub async fn completions(
             echo_of,
             n,
             prompt_lps: vec![Vec::new(); prompt_ids.len()],
+            prompt_offsets: vec![None; prompt_ids.len()],
             prompt_ids,
         };
         return Ok(sse(gen, fmt, tracing::Span::current()));
@@ -157,7 +158,9 @@ pub async fn completions(
                         return generated;
                     };
                     let first = &outs[i / n * n].prompt_logprobs;
-                    let mut all = crate::logprobs::legacy_prompt(&model.tokenizer, ids, first, 0);
+                    let offsets = crate::logprobs::prompt_offsets(&model.tokenizer, ids);
+                    let mut all =
+                        crate::logprobs::legacy_prompt(&model.tokenizer, ids, &offsets, first, 0);
                     crate::logprobs::extend_legacy(&mut all, generated);
                     all
                 }),
@@ -257,6 +260,8 @@ struct CompletionFormat {
     prompt_ids: Vec<Vec<u32>>,
     /// Per prompt, the prompt logprobs received so far.
     prompt_lps: Vec<Vec<kiln_engine::TokenLogprobs>>,
+    /// Per prompt, its tokens' character offsets (computed when first needed).
+    prompt_offsets: Vec<Option<Vec<usize>>>,
 }
 
 impl CompletionFormat {
@@ -291,14 +296,20 @@ impl ChunkFormat for CompletionFormat {
             TextEvent::Started { .. } => {}
             TextEvent::PromptLogprob { logprobs, .. } => {
                 let p = i / self.n.max(1);
-                let (Some(ids), Some(lps)) = (self.prompt_ids.get(p), self.prompt_lps.get_mut(p))
-                else {
+                let (Some(ids), Some(lps), Some(offsets)) = (
+                    self.prompt_ids.get(p),
+                    self.prompt_lps.get_mut(p),
+                    self.prompt_offsets.get_mut(p),
+                ) else {
                     return;
                 };
                 lps.push(logprobs);
                 // Position 0 (no logprob) goes out with position 1.
                 let first = if lps.len() == 1 { 0 } else { lps.len() };
-                let lp = crate::logprobs::legacy_prompt(&self.tokenizer, ids, lps, first);
+                // Offsets are computed once per prompt, on its first scored token.
+                let offsets = offsets
+                    .get_or_insert_with(|| crate::logprobs::prompt_offsets(&self.tokenizer, ids));
+                let lp = crate::logprobs::legacy_prompt(&self.tokenizer, ids, offsets, lps, first);
                 for c in p * self.n..(p + 1) * self.n {
                     out.push(
                         self.chunk(vec![choice(c, String::new(), Some(lp.clone()), None)], None),
