@@ -91,7 +91,7 @@ impl PackedType {
 
 /// `gemm(cols, group, acts, act_row_bytes, scales, n_tokens, out)`: for the `n_tokens ≤
 /// TILE_TOKENS` activation rows starting at `acts` (each `act_row_bytes` long, quantized
-/// for the weight type) and their [`act_scales`], writes `out[t][i]` = row `i` of the
+/// for the weight type) and their block scales ([`act_scales_row`], one row per token), writes `out[t][i]` = row `i` of the
 /// packed `group` · token `t`.
 pub type PackedGemmFn = fn(
     cols: usize,
@@ -167,23 +167,6 @@ pub fn act_scales_row(ty: PackedType, act_row: &[u8], out: &mut [[f32; 2]]) {
                 [f16_at(b, 0), (128 * sum) as f32]
             }
         };
-    }
-}
-
-/// [`act_scales_row`] for `n_tokens` rows of `act_row_bytes`, into `out` (resized).
-pub fn act_scales(
-    ty: PackedType,
-    acts: &[u8],
-    act_row_bytes: usize,
-    n_tokens: usize,
-    cols: usize,
-    out: &mut Vec<[f32; 2]>,
-) {
-    let nb = cols / BLOCK;
-    out.clear();
-    out.resize(n_tokens * nb, [0.0; 2]);
-    for (t, o) in out.chunks_exact_mut(nb.max(1)).enumerate().take(n_tokens) {
-        act_scales_row(ty, &acts[t * act_row_bytes..][..act_row_bytes], o);
     }
 }
 
