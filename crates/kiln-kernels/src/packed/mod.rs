@@ -91,8 +91,8 @@ impl PackedType {
 
 /// `gemm(cols, group, acts, act_row_bytes, scales, n_tokens, out)`: for the `n_tokens ≤
 /// TILE_TOKENS` activation rows starting at `acts` (each `act_row_bytes` long, quantized
-/// for the weight type) and their block scales ([`act_scales_row`], one row per token), writes `out[t][i]` = row `i` of the
-/// packed `group` · token `t`.
+/// for the weight type) and their block scales ([`act_scales_row`], one row per token),
+/// writes `out[t][i]` = row `i` of the packed `group` · token `t`.
 pub type PackedGemmFn = fn(
     cols: usize,
     group: &[u8],
