@@ -12,6 +12,9 @@ pub struct ChatCompletionRequest {
     /// Catalogue name or alias; the first served model when absent.
     #[serde(default)]
     pub model: Option<String>,
+    /// A LoRA adapter of the model to run with (also written `model: "base:adapter"`).
+    #[serde(default)]
+    pub lora: Option<String>,
     pub messages: Vec<ChatMessage>,
     #[serde(default)]
     pub frequency_penalty: Option<f32>,

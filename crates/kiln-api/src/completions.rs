@@ -14,6 +14,9 @@ use crate::common::{double_option, StopSequences, StreamOptions, Usage};
 pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
+    /// A LoRA adapter of the model to run with (also written `model: "base:adapter"`).
+    #[serde(default)]
+    pub lora: Option<String>,
     pub prompt: Prompt,
     /// Only `best_of == n` (or absent) is served.
     #[serde(default)]

@@ -13,6 +13,9 @@ use crate::common::Usage;
 pub struct AiRunRequest {
     #[serde(default)]
     pub prompt: Option<String>,
+    /// A LoRA adapter of the model to run with (also `.../ai/run/base:adapter`).
+    #[serde(default)]
+    pub lora: Option<String>,
     #[serde(default)]
     pub messages: Option<Vec<ChatMessage>>,
     /// With `prompt`: send it as is instead of wrapping it in a user turn of the chat

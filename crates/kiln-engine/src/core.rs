@@ -152,6 +152,17 @@ impl EngineCore {
         arrived: Instant,
     ) -> Result<()> {
         validate(&req, self.scheduler.config.max_model_len)?;
+        if let Some(a) = req
+            .adapter
+            .as_ref()
+            .filter(|a| !a.fits(self.model.config()))
+        {
+            return Err(Error::Validation(format!(
+                "adapter `{}` was loaded for another model",
+                a.name
+            )));
+        }
+        let cache_key = cache_key(&req);
         if self.seqs_of.contains_key(&req_id) {
             return Err(Error::Validation(format!(
                 "request id {req_id} is already live"
@@ -189,7 +200,8 @@ impl EngineCore {
                 },
                 num_prompt_tokens: req.prompt.len(),
                 num_computed_tokens: 0,
-                cache_key: req.cache_key.clone(),
+                cache_key: cache_key.clone(),
+                adapter: req.adapter.clone(),
                 blocks: self
                     .scheduler
                     .kv
@@ -387,6 +399,17 @@ pub fn validate(req: &GenerateRequest, max_model_len: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The prefix-cache key of a request's sequences: its own key, plus the adapter's load
+/// id (the same tokens under another adapter have other K/V).
+fn cache_key(req: &GenerateRequest) -> Vec<u8> {
+    let mut key = req.cache_key.clone();
+    if let Some(a) = &req.adapter {
+        key.extend_from_slice(b"\0lora:");
+        key.extend_from_slice(&a.id().to_le_bytes());
+    }
+    key
 }
 
 fn tracing_error(e: &kiln_model::Error) {

@@ -6,7 +6,9 @@
 //! and refills them — no heap allocation per step. Kernel choice is resolved once per
 //! weight matrix at load (a function-pointer table), not per call.
 
-use kiln_model::{BatchInput, SeqSpan, Workspace};
+use std::sync::Arc;
+
+use kiln_model::{BatchInput, LoraAdapter, LoraBatch, SeqSpan, Workspace};
 
 use crate::scheduler::SchedulerOutput;
 
@@ -26,6 +28,10 @@ pub struct StepPlan {
     /// For each logits row, the prompt position whose log-probability it gives, or
     /// [`SAMPLE_ROW`] for a row the sequence samples its next token from.
     pub logits_target: Vec<u32>,
+    /// The adapters of this step's sequences, and each row's index into them (from 1;
+    /// 0: none). Both stay empty in a step without adapters.
+    pub adapters: Vec<Arc<LoraAdapter>>,
+    pub lora_rows: Vec<u16>,
     pub workspace: Workspace,
 }
 
@@ -48,6 +54,8 @@ impl StepPlan {
             logits_rows: Vec::with_capacity(max_logits),
             logits_owner: Vec::with_capacity(max_logits),
             logits_target: Vec::with_capacity(max_logits),
+            adapters: Vec::with_capacity(max_seqs),
+            lora_rows: Vec::with_capacity(max_rows),
             workspace,
         }
     }
@@ -62,6 +70,12 @@ impl StepPlan {
         self.logits_rows.clear();
         self.logits_owner.clear();
         self.logits_target.clear();
+        self.adapters.clear();
+        self.lora_rows.clear();
+        let any_adapter = out
+            .scheduled
+            .iter()
+            .any(|sc| running[sc.running_index].adapter.is_some());
         for (k, sc) in out.scheduled.iter().enumerate() {
             let seq = &running[sc.running_index];
             let table = seq.blocks.block_table();
@@ -91,6 +105,11 @@ impl StepPlan {
                 table_len: table.len(),
             });
             self.block_tables.extend_from_slice(table);
+            if any_adapter {
+                let index = self.adapter_index(seq.adapter.as_ref());
+                self.lora_rows
+                    .extend(std::iter::repeat_n(index, sc.num_new_tokens));
+            }
             // Only a sequence that catches up with its tokens samples this step.
             if first + sc.num_new_tokens == seq.tokens.len() {
                 self.logits_rows.push((self.token_ids.len() - 1) as u32);
@@ -98,6 +117,20 @@ impl StepPlan {
                 self.logits_target.push(SAMPLE_ROW);
             }
         }
+    }
+
+    /// Row index of `adapter` in this step's list (added if new); 0 for none.
+    fn adapter_index(&mut self, adapter: Option<&Arc<LoraAdapter>>) -> u16 {
+        let Some(a) = adapter else { return 0 };
+        let i = match self.adapters.iter().position(|b| Arc::ptr_eq(a, b)) {
+            Some(i) => i,
+            None => {
+                self.adapters.push(a.clone());
+                self.adapters.len() - 1
+            }
+        };
+        // At most `max_num_seqs` adapters a step, far below u16::MAX.
+        u16::try_from(i + 1).unwrap_or(u16::MAX)
     }
 
     /// The model input for the built batch, the workspace to run it in, and for each
@@ -111,6 +144,10 @@ impl StepPlan {
                 seqs: &self.seqs,
                 block_tables: &self.block_tables,
                 logits_rows: &self.logits_rows,
+                lora: LoraBatch {
+                    adapters: &self.adapters,
+                    rows: &self.lora_rows,
+                },
             },
             &mut self.workspace,
             &self.logits_owner,

@@ -1,6 +1,9 @@
 //! What callers submit to the engine and what comes back.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use kiln_model::LoraAdapter;
 
 use crate::sample::SamplingParams;
 
@@ -30,8 +33,11 @@ pub struct GenerateRequest {
     pub n: usize,
     /// Lower runs first; equal priorities are served in arrival order.
     pub priority: i32,
-    /// Extra prefix-cache key (adapter id, cache salt): same tokens, different KV.
+    /// Extra prefix-cache key (a cache salt): same tokens, different KV. The adapter's
+    /// identity is added by the engine.
     pub cache_key: Vec<u8>,
+    /// The LoRA adapter to run with (loaded for this engine's model).
+    pub adapter: Option<Arc<LoraAdapter>>,
 }
 
 impl GenerateRequest {
@@ -47,6 +53,7 @@ impl GenerateRequest {
             n: 1,
             priority: 0,
             cache_key: Vec::new(),
+            adapter: None,
         }
     }
 }

@@ -1,5 +1,9 @@
 //! One sequence as the scheduler sees it: its tokens, progress and blocks.
 
+use std::sync::Arc;
+
+use kiln_model::LoraAdapter;
+
 use crate::kv::SeqBlocks;
 
 /// A sequence id, unique within an engine.
@@ -18,6 +22,8 @@ pub struct Sequence {
     pub num_computed_tokens: usize,
     /// Extra prefix-cache key material (adapter id, cache salt).
     pub cache_key: Vec<u8>,
+    /// The LoRA adapter its rows run with.
+    pub adapter: Option<Arc<LoraAdapter>>,
     pub blocks: SeqBlocks,
     /// Prompt tokens found in the prefix cache at admission (for `usage`).
     pub num_cached_tokens: usize,

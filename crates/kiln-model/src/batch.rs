@@ -6,6 +6,8 @@
 
 use kiln_backend::SeqSpan;
 
+use crate::config::ModelConfig;
+use crate::lora::LoraBatch;
 use crate::{Error, Result};
 
 pub struct BatchInput<'a> {
@@ -20,6 +22,8 @@ pub struct BatchInput<'a> {
     pub block_tables: &'a [u32],
     /// Rows whose logits are wanted, in output order.
     pub logits_rows: &'a [u32],
+    /// Each row's LoRA adapter (empty: none in this step).
+    pub lora: LoraBatch<'a>,
 }
 
 impl BatchInput<'_> {
@@ -31,12 +35,27 @@ impl BatchInput<'_> {
     /// than a panic or a write into another sequence's blocks.
     pub(crate) fn validate(
         &self,
-        vocab: usize,
+        cfg: &ModelConfig,
         block_size: usize,
         num_blocks: usize,
     ) -> Result<()> {
-        let n = self.token_ids.len();
+        let (n, vocab) = (self.token_ids.len(), cfg.vocab_size);
         let bad = |m: String| Err(Error::InvalidBatch(m));
+        if !self.lora.is_empty() {
+            if self.lora.rows.len() != n {
+                return bad(format!(
+                    "{n} tokens but {} adapter rows",
+                    self.lora.rows.len()
+                ));
+            }
+            if let Some(a) = self.lora.adapters.iter().find(|a| !a.fits(cfg)) {
+                return bad(format!("adapter {:?} was loaded for another model", a.name));
+            }
+            let k = self.lora.adapters.len();
+            if let Some(i) = self.lora.rows.iter().find(|&&i| i as usize > k) {
+                return bad(format!("a row names adapter {i} of {k}"));
+            }
+        }
         if self.positions.len() != n || self.slot_mapping.len() != n {
             return bad(format!(
                 "{n} tokens but {} positions and {} slots",

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use kiln_kernels::{ops, KernelTable};
 
 use crate::config::{Activation, ModelConfig};
+use crate::lora::{add_lora_delta, LoraBatch, Target};
 use crate::weights::{LayerWeights, Weights};
 use crate::workspace::Workspace;
 use crate::BatchInput;
@@ -22,6 +23,8 @@ pub(crate) struct Ctx<'a> {
     pub weights: &'a Weights,
     pub pool: &'a ThreadPool,
     pub kt: &'static KernelTable,
+    /// The step's adapters, applied after the projections they target.
+    pub lora: LoraBatch<'a>,
     /// Time spent in matmuls and in attention during this pass (for the profile).
     pub matmul_time: Cell<Duration>,
     pub attention_time: Cell<Duration>,
@@ -50,6 +53,31 @@ impl Ctx<'_> {
             .set(self.matmul_time.get() + start.elapsed());
     }
 
+    /// A block's projection `target` of layer `l`: the base matmul, then the LoRA delta
+    /// of the rows whose adapter adapts it.
+    #[allow(clippy::too_many_arguments)]
+    fn project(
+        &self,
+        l: usize,
+        target: Target,
+        w: &QMatrix,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        act: &mut MatmulScratch,
+    ) {
+        self.linear(w, x, rows, out, act);
+        if self.lora.is_empty() {
+            return;
+        }
+        let start = Instant::now();
+        add_lora_delta(
+            self.pool, &self.lora, l, target, x, w.cols, rows, out, w.rows,
+        );
+        self.matmul_time
+            .set(self.matmul_time.get() + start.elapsed());
+    }
+
     /// Runs every layer over the batch and writes logits for `batch.logits_rows`.
     pub fn forward(&self, batch: &BatchInput<'_>, kv: &mut KvCache, ws: &mut Workspace) {
         let (cfg, n) = (self.cfg, batch.n_rows());
@@ -65,7 +93,7 @@ impl Ctx<'_> {
         }
         for (l, lw) in self.weights.layers.iter().enumerate() {
             self.attention_block(l, lw, batch, kv, ws);
-            self.ffn_block(lw, n, ws);
+            self.ffn_block(l, lw, n, ws);
         }
         let m = batch.logits_rows.len();
         for (i, &r) in batch.logits_rows.iter().enumerate() {
@@ -99,9 +127,9 @@ impl Ctx<'_> {
         let (n, d, hd) = (batch.n_rows(), cfg.d_model, cfg.head_dim);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
         self.rms_norm_rows(&ws.x, &lw.attn_norm, n, &mut ws.h);
-        self.linear(&lw.wq, &ws.h, n, &mut ws.q, &mut ws.act);
-        self.linear(&lw.wk, &ws.h, n, &mut ws.k, &mut ws.act);
-        self.linear(&lw.wv, &ws.h, n, &mut ws.v, &mut ws.act);
+        self.project(l, Target::Q, &lw.wq, &ws.h, n, &mut ws.q, &mut ws.act);
+        self.project(l, Target::K, &lw.wk, &ws.h, n, &mut ws.k, &mut ws.act);
+        self.project(l, Target::V, &lw.wv, &ws.h, n, &mut ws.v, &mut ws.act);
         add_bias(&mut ws.q[..n * qd], lw.bq.as_deref());
         add_bias(&mut ws.k[..n * kvd], lw.bk.as_deref());
         add_bias(&mut ws.v[..n * kvd], lw.bv.as_deref());
@@ -160,19 +188,27 @@ impl Ctx<'_> {
         );
         self.attention_time
             .set(self.attention_time.get() + start.elapsed());
-        self.linear(&lw.wo, &ws.attn, n, &mut ws.o, &mut ws.act);
+        self.project(l, Target::O, &lw.wo, &ws.attn, n, &mut ws.o, &mut ws.act);
         if let Some(w) = &lw.post_attn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
         self.add_rows(&mut ws.x[..n * d], &ws.o[..n * d]);
     }
 
-    fn ffn_block(&self, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
+    fn ffn_block(&self, l: usize, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
         let cfg = self.cfg;
         let (d, ff) = (cfg.d_model, cfg.ffn_dim);
         self.rms_norm_rows(&ws.x, &lw.ffn_norm, n, &mut ws.h);
-        self.linear(&lw.w_gate, &ws.h, n, &mut ws.gate, &mut ws.act);
-        self.linear(&lw.w_up, &ws.h, n, &mut ws.up, &mut ws.act);
+        self.project(
+            l,
+            Target::Gate,
+            &lw.w_gate,
+            &ws.h,
+            n,
+            &mut ws.gate,
+            &mut ws.act,
+        );
+        self.project(l, Target::Up, &lw.w_up, &ws.h, n, &mut ws.up, &mut ws.act);
         let (gate, up) = (&mut ws.gate[..n * ff], &ws.up[..n * ff]);
         let act = match cfg.activation {
             Activation::Silu => ops::swiglu_inplace,
@@ -182,7 +218,15 @@ impl Ctx<'_> {
             .for_each_chunk_mut(gate, ff, ROWS_PER_TASK, |r, g| {
                 act(g, &up[r * ff..(r + 1) * ff])
             });
-        self.linear(&lw.w_down, &ws.gate, n, &mut ws.o, &mut ws.act);
+        self.project(
+            l,
+            Target::Down,
+            &lw.w_down,
+            &ws.gate,
+            n,
+            &mut ws.o,
+            &mut ws.act,
+        );
         if let Some(w) = &lw.post_ffn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }

@@ -11,6 +11,7 @@ mod batch;
 mod config;
 mod error;
 mod forward;
+pub mod lora;
 mod weights;
 mod workspace;
 
@@ -25,6 +26,7 @@ pub use batch::BatchInput;
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{Error, Result};
 pub use kiln_backend::SeqSpan;
+pub use lora::{LoraAdapter, LoraBatch, LoraError};
 pub use workspace::{ForwardProfile, Workspace};
 
 /// A loaded model: configuration, weights bound to the file mapping, and the worker pool.
@@ -150,7 +152,7 @@ impl Model {
                 "KV cache was made for another model".into(),
             ));
         }
-        batch.validate(self.config.vocab_size, s.block_size, s.num_blocks)?;
+        batch.validate(&self.config, s.block_size, s.num_blocks)?;
         let m = batch.logits_rows.len();
         ws.ensure(&self.config, batch.n_rows(), m);
         let ctx = forward::Ctx {
@@ -158,6 +160,7 @@ impl Model {
             weights: &self.weights,
             pool: &self.pool,
             kt: self.kernels,
+            lora: batch.lora,
             matmul_time: Default::default(),
             attention_time: Default::default(),
         };

@@ -26,6 +26,7 @@ fn last_logits(model: &kiln_model::Model, dtype: KvDtype, tokens: &[u32]) -> Vec
         seqs: &seqs,
         block_tables: &table,
         logits_rows: &last,
+        lora: Default::default(),
     };
     let mut ws = Workspace::new();
     model

@@ -85,6 +85,23 @@ pub enum ApiError {
         budget: u64,
         held: u64,
     },
+    #[error("model `{model}` has no adapter `{adapter}`{available}")]
+    AdapterNotFound {
+        model: String,
+        adapter: String,
+        /// What is available, e.g. `; adapters: a, b` (empty when none are configured).
+        available: String,
+    },
+    /// The adapter's shapes are another model's.
+    #[error("adapter `{adapter}` does not fit model `{model}`: {reason}")]
+    AdapterMismatch {
+        model: String,
+        adapter: String,
+        reason: String,
+    },
+    /// The adapter's files are unreadable, malformed or use what Kiln can't run.
+    #[error("adapter `{adapter}` cannot be loaded: {reason}")]
+    AdapterInvalid { adapter: String, reason: String },
     #[error("{0}")]
     Forbidden(String),
     #[error("the engine aborted the request")]
@@ -106,10 +123,12 @@ impl ApiError {
             ApiError::InvalidJson { .. }
             | ApiError::InvalidRequest { .. }
             | ApiError::ContextLength { .. }
-            | ApiError::WrongModelTask { .. } => StatusCode::BAD_REQUEST,
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            | ApiError::WrongModelTask { .. }
+            | ApiError::AdapterMismatch { .. }
+            | ApiError::AdapterInvalid { .. } => StatusCode::BAD_REQUEST,
+            ApiError::ModelNotFound { .. }
+            | ApiError::AdapterNotFound { .. }
+            | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -153,6 +172,9 @@ impl ApiError {
             ApiError::ModelLoading { .. } => "model_loading",
             ApiError::ModelUnavailable { .. } => "model_unavailable",
             ApiError::NoRoom { .. } => "model_memory_exhausted",
+            ApiError::AdapterNotFound { .. } => "adapter_not_found",
+            ApiError::AdapterMismatch { .. } => "adapter_mismatch",
+            ApiError::AdapterInvalid { .. } => "adapter_invalid",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Aborted => "aborted",
             ApiError::Internal(_) => "internal_error",
@@ -167,7 +189,10 @@ impl ApiError {
             | ApiError::WrongModelTask { .. }
             | ApiError::ModelLoading { .. }
             | ApiError::ModelUnavailable { .. }
-            | ApiError::NoRoom { .. } => Some("model".into()),
+            | ApiError::NoRoom { .. }
+            | ApiError::AdapterNotFound { .. }
+            | ApiError::AdapterMismatch { .. }
+            | ApiError::AdapterInvalid { .. } => Some("model".into()),
             _ => None,
         }
     }

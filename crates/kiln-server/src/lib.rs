@@ -30,6 +30,7 @@ pub mod generation;
 pub mod kind;
 pub mod lease;
 mod logprobs;
+pub mod lora;
 pub mod metrics;
 pub mod middleware;
 pub mod pool;

@@ -91,6 +91,8 @@ pub struct ModelMetrics {
     /// Times the model was unloaded to make room for another.
     pub unloads: Counter,
     pub load_failures: Counter,
+    /// LoRA adapters loaded for the model (a reload after eviction counts again).
+    pub adapter_loads: Counter,
     pub model_load: Histogram,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
@@ -113,6 +115,7 @@ impl Default for ModelMetrics {
             requests_cold: Counter::default(),
             unloads: Counter::default(),
             load_failures: Counter::default(),
+            adapter_loads: Counter::default(),
             model_load: Histogram::new(LOAD_BUCKETS),
             time_to_first_token: Histogram::new(TTFT_BUCKETS),
             inter_token_latency: Histogram::new(ITL_BUCKETS),
@@ -231,6 +234,12 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "kiln:model_load_failures_total",
         "Loads of the model that failed.",
         &server(|m| m.metrics.load_failures.get() as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:lora_adapter_loads_total",
+        "LoRA adapters loaded for the model (reloads after eviction included).",
+        &server(|m| m.metrics.adapter_loads.get() as f64),
     );
     counter(
         &mut out,

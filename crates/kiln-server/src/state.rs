@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_engine::ServingModel;
+use kiln_model::LoraAdapter;
 use kiln_usage::Meter;
 
 use crate::error::{ApiError, Error, Result};
 use crate::kind::ModelKind;
 use crate::lease::{CallContext, Lease};
+use crate::lora::{AdapterCache, LoraConfig};
 use crate::pool::ModelPool;
 use crate::slot::{LoadedModel, ModelSlot};
 
@@ -68,6 +70,8 @@ pub struct ServerConfig {
     /// Bytes all loaded models may take together (weights file plus KV cache);
     /// `None`: no limit.
     pub models_memory: Option<u64>,
+    /// LoRA adapters requests may name.
+    pub lora: LoraConfig,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +82,7 @@ impl Default for ServerConfig {
             max_queued: 1024,
             body_limit: 4 << 20,
             models_memory: None,
+            lora: LoraConfig::default(),
         }
     }
 }
@@ -90,6 +95,7 @@ struct Inner {
     pool: ModelPool,
     config: ServerConfig,
     meter: Option<Arc<Meter>>,
+    adapters: AdapterCache,
     shutting_down: AtomicBool,
 }
 
@@ -120,6 +126,7 @@ impl AppState {
         let slots = models.into_iter().map(Arc::new).collect();
         Ok(Self(Arc::new(Inner {
             pool: ModelPool::new(slots, config.models_memory),
+            adapters: AdapterCache::new(config.lora.clone()),
             config,
             meter,
             shutting_down: AtomicBool::new(false),
@@ -254,6 +261,64 @@ impl AppState {
             meter: self.0.meter.clone(),
             hold: acquired.hold,
         })
+    }
+
+    pub fn adapters(&self) -> &AdapterCache {
+        &self.0.adapters
+    }
+
+    /// The model and adapter names a request gives: `model: "base:adapter"` (when no
+    /// model is named that whole) or `model` plus `lora`; naming two adapters is a 400.
+    pub fn split_adapter<'a>(
+        &self,
+        model: Option<&'a str>,
+        lora: Option<&'a str>,
+    ) -> std::result::Result<(Option<&'a str>, Option<&'a str>), ApiError> {
+        let lora = lora.map(str::trim).filter(|l| !l.is_empty());
+        let Some((base, adapter)) = model
+            .filter(|m| self.resolve(Some(m)).is_err())
+            .and_then(|m| m.rsplit_once(':'))
+            .filter(|(base, _)| self.resolve(Some(base)).is_ok())
+        else {
+            return Ok((model, lora));
+        };
+        if lora.is_some_and(|l| l != adapter) {
+            return Err(ApiError::invalid(
+                "lora",
+                format!(
+                    "`model` names adapter `{adapter}` but `lora` names `{}`",
+                    lora.unwrap_or("")
+                ),
+            ));
+        }
+        Ok((Some(base), Some(adapter)))
+    }
+
+    /// A lease on the text model a request names, with its adapter when it names one
+    /// (`model: "base:adapter"` or `lora`), loaded if needed.
+    pub async fn lease_generator(
+        &self,
+        model: Option<&str>,
+        lora: Option<&str>,
+        ctx: &CallContext,
+    ) -> std::result::Result<(Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>), ApiError> {
+        let (model, lora) = self.split_adapter(model, lora)?;
+        let lease = self.lease_for(model, ctx, ModelKind::Generate).await?;
+        self.with_adapter(lease, lora).await
+    }
+
+    /// The text model of `lease` and adapter `lora` of it, if named.
+    pub async fn with_adapter(
+        &self,
+        lease: Lease,
+        lora: Option<&str>,
+    ) -> std::result::Result<(Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>), ApiError> {
+        let model = lease.generator()?;
+        let adapter = match lora {
+            Some(name) => Some(self.0.adapters.get(lease.slot(), &model, name).await?),
+            None => None,
+        };
+        Ok((lease, model, adapter))
     }
 
     /// New requests get 503 from now on; in-flight ones carry on.

@@ -212,6 +212,7 @@ impl Sampling {
             n: self.n,
             priority: 0,
             cache_key: Vec::new(),
+            adapter: None,
         })
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! The panicking helpers are for tests only; [`try_model_dir`] returns the error instead.
 
+pub mod gguf_copy;
 pub mod gguf_writer;
+pub mod lora;
 pub mod server;
 
 use std::cell::Cell;

@@ -7,8 +7,9 @@
 
 use std::path::PathBuf;
 
-use kiln_formats::{GgufFile, MetaArray, MetaValue};
-use kiln_testkit::gguf_writer::{Array, GgufWriter, Value};
+use kiln_formats::GgufFile;
+use kiln_testkit::gguf_copy::meta_value;
+use kiln_testkit::gguf_writer::{GgufWriter, Value};
 use kiln_tokenizer::Tokenizer;
 use serde::Deserialize;
 
@@ -34,22 +35,6 @@ struct Case {
     detokenized_skip: String,
 }
 
-fn to_writer_value(v: &MetaValue) -> Option<Value> {
-    Some(match v {
-        MetaValue::U32(x) => Value::U32(*x),
-        MetaValue::I32(x) => Value::I32(*x),
-        MetaValue::U64(x) => Value::U64(*x),
-        MetaValue::Bool(x) => Value::Bool(*x),
-        MetaValue::String(s) => Value::str(s),
-        MetaValue::Array(MetaArray::String(v)) => Value::Array(Array::Str(
-            v.iter().map(|s| s.as_bytes().to_vec()).collect(),
-        )),
-        MetaValue::Array(MetaArray::F32(v)) => Value::Array(Array::F32(v.clone())),
-        MetaValue::Array(MetaArray::I32(v)) => Value::Array(Array::I32(v.clone())),
-        _ => return None,
-    })
-}
-
 /// The model's `tokenizer.*` metadata with `overrides` applied, as a tokenizer.
 fn variant_tokenizer(
     model: &str,
@@ -69,7 +54,7 @@ fn variant_tokenizer(
         {
             continue;
         }
-        let value = to_writer_value(value).unwrap_or_else(|| panic!("unexpected type for {key}"));
+        let value = meta_value(value);
         w.kv(key, value);
     }
     for (key, value) in overrides {

@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use kiln_backend::{KvCache, KvDtype};
-use kiln_model::{BatchInput, LoadOptions, Model, SeqSpan, Workspace};
+use std::sync::Arc;
+
+use kiln_model::{BatchInput, LoadOptions, LoraAdapter, LoraBatch, Model, SeqSpan, Workspace};
 
 pub const BLOCK_SIZE: usize = 16;
 
@@ -17,6 +19,8 @@ pub fn load(name: &str) -> Model {
 pub struct Seq {
     pub block_table: Vec<u32>,
     pub len: usize,
+    /// The LoRA adapter its rows use, if any.
+    pub adapter: Option<Arc<LoraAdapter>>,
 }
 
 impl Seq {
@@ -25,6 +29,7 @@ impl Seq {
         Self {
             block_table: (first_block..first_block + n).collect(),
             len: 0,
+            adapter: None,
         }
     }
 
@@ -48,9 +53,18 @@ pub fn step(
     all_logits: bool,
 ) -> Vec<Vec<f32>> {
     let (mut ids, mut pos, mut slots, mut logits_rows) = (vec![], vec![], vec![], vec![]);
-    let mut spans = vec![];
+    let (mut spans, mut adapters, mut lora_rows) = (vec![], Vec::<Arc<LoraAdapter>>::new(), vec![]);
     for (s, toks) in seqs.iter().zip(tokens) {
         let start = ids.len();
+        let lora_index = s.adapter.as_ref().map_or(0, |a| {
+            let i = adapters.iter().position(|b| Arc::ptr_eq(a, b));
+            i.unwrap_or_else(|| {
+                adapters.push(a.clone());
+                adapters.len() - 1
+            }) as u16
+                + 1
+        });
+        lora_rows.extend(std::iter::repeat_n(lora_index, toks.len()));
         for (i, &t) in toks.iter().enumerate() {
             let p = s.len + i;
             ids.push(t);
@@ -80,6 +94,14 @@ pub fn step(
         seqs: &seq_spans,
         block_tables: &tables,
         logits_rows: &logits_rows,
+        lora: if adapters.is_empty() {
+            LoraBatch::default()
+        } else {
+            LoraBatch {
+                adapters: &adapters,
+                rows: &lora_rows,
+            }
+        },
     };
     let vocab = model.config().vocab_size;
     let logits = model.forward(&batch, kv, ws).expect("forward").to_vec();

@@ -17,7 +17,6 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
-use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -31,10 +30,10 @@ pub async fn chat_completions(
     ctx: CallContext,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let lease = state
-        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+    let (lease, model, adapter) = state
+        .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
         .await?;
-    let (slot, model) = (lease.slot().clone(), lease.generator()?);
+    let slot = lease.slot().clone();
     if let Some(f) = req.response_format.as_ref().filter(|f| f.kind != "text") {
         return Err(ApiError::invalid(
             "response_format",
@@ -97,7 +96,8 @@ pub async fn chat_completions(
         )
     })
     .await?;
-    let engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
+    let mut engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
+    engine_req.adapter = adapter;
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let gen = Generation::start(&model, lease, vec![engine_req], skip_special, permit)?;
 

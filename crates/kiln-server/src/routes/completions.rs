@@ -17,7 +17,6 @@ use super::{admit, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generation::{collect, ChoiceEvent, Generation};
-use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -34,10 +33,10 @@ pub async fn completions(
     ctx: CallContext,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let lease = state
-        .lease_for(req.model.as_deref(), &ctx, ModelKind::Generate)
+    let (lease, model, adapter) = state
+        .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
         .await?;
-    let (slot, model) = (lease.slot().clone(), lease.generator()?);
+    let slot = lease.slot().clone();
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(
             "suffix",
@@ -105,7 +104,9 @@ pub async fn completions(
         if echo {
             prompt_ids.push(ids.clone());
         }
-        engine_reqs.push(sampling.request(ids, "prompt", max_model_len)?);
+        let mut engine_req = sampling.request(ids, "prompt", max_model_len)?;
+        engine_req.adapter = adapter.clone();
+        engine_reqs.push(engine_req);
         echoes.push(echo_text);
     }
     let skip_special = req.skip_special_tokens.unwrap_or(true);

@@ -3,7 +3,9 @@
 //! Each card is OpenAI's plus Kiln's `task`, `aliases`, `ready` and, for the model
 //! lifecycle, `status` (`loaded`, `unloaded`, `loading` or `failed`, with `load_error`),
 //! `pinned`, `memory_bytes` (its charge against `--models-memory`) and `parameters`
-//! (known once loaded).
+//! (known once loaded). A text model's card lists the LoRA adapters requests may name
+//! (`adapters`, as `"<model>:<adapter>"` or `lora`) and those loaded for it
+//! (`adapters_loaded`).
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -11,13 +13,14 @@ use kiln_api::models::ModelCard;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::kind::ModelKind;
 use crate::slot::{ModelSlot, SlotStatus};
 use crate::state::AppState;
 
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
     Json(json!({
         "object": "list",
-        "data": state.models().iter().map(|m| card(m)).collect::<Vec<_>>(),
+        "data": state.models().iter().map(|m| card(&state, m)).collect::<Vec<_>>(),
     }))
 }
 
@@ -26,10 +29,10 @@ pub async fn retrieve(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let slot = state.resolve(Some(&name))?;
-    Ok(Json(card(&slot)))
+    Ok(Json(card(&state, &slot)))
 }
 
-fn card(slot: &ModelSlot) -> Value {
+fn card(state: &AppState, slot: &ModelSlot) -> Value {
     let model = slot.loaded();
     let card = ModelCard {
         id: slot.name.clone(),
@@ -48,6 +51,13 @@ fn card(slot: &ModelSlot) -> Value {
         o.insert("pinned".into(), json!(slot.pinned));
         o.insert("memory_bytes".into(), json!(slot.memory_bytes()));
         o.insert("parameters".into(), json!(slot.parameters()));
+        if slot.kind == Some(ModelKind::Generate) {
+            o.insert("adapters".into(), json!(state.adapters().available()));
+            o.insert(
+                "adapters_loaded".into(),
+                json!(state.adapters().loaded(&slot.name)),
+            );
+        }
         if status == SlotStatus::Failed {
             o.insert("load_error".into(), json!(slot.failure()));
         }

@@ -36,7 +36,8 @@ pub async fn run(
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let slot = state.resolve(Some(&model_name))?;
+    let (name, path_adapter) = state.split_adapter(Some(&model_name), None)?;
+    let slot = state.resolve(name)?;
     match slot.kind {
         Some(ModelKind::Embed) => {
             workers_ai_encoders::embed(&state, slot, &ctx, parse(&body)?).await
@@ -45,18 +46,31 @@ pub async fn run(
             workers_ai_encoders::classify(&state, slot, &ctx, parse(&body)?).await
         }
         // A task the server can't run fails at load, with the reason.
-        Some(ModelKind::Generate) | None => generate(&state, slot, &ctx, parse(&body)?).await,
+        Some(ModelKind::Generate) | None => {
+            generate(&state, slot, path_adapter, &ctx, parse(&body)?).await
+        }
     }
 }
 
 async fn generate(
     state: &AppState,
     slot: Arc<ModelSlot>,
+    path_adapter: Option<&str>,
     ctx: &CallContext,
     req: AiRunRequest,
 ) -> Result<Response, ApiError> {
+    let lora = match (path_adapter, req.lora.as_deref()) {
+        (Some(p), Some(l)) if p != l => {
+            return Err(ApiError::invalid(
+                "lora",
+                format!("the path names adapter `{p}` but `lora` names `{l}`"),
+            ))
+        }
+        (p, l) => p.or(l),
+    };
     let lease = state.lease_slot(slot, ctx).await?;
-    let (slot, model) = (lease.slot().clone(), lease.generator()?);
+    let (lease, model, adapter) = state.with_adapter(lease, lora).await?;
+    let slot = lease.slot().clone();
     let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
         PromptInput::Text(p) => Ok(vec![ChatMessage::text(Role::User, p)]),
@@ -100,7 +114,8 @@ async fn generate(
         let room = max_model_len.saturating_sub(ids.len()).max(1);
         sampling.set_max_tokens((DEFAULT_MAX_TOKENS as usize).min(room));
     }
-    let engine_req = sampling.request(ids, param, max_model_len)?;
+    let mut engine_req = sampling.request(ids, param, max_model_len)?;
+    engine_req.adapter = adapter;
     let gen = Generation::start(&model, lease, vec![engine_req], true, permit)?;
     if req.stream.unwrap_or(false) {
         return Ok(sse(gen, AiFormat, tracing::Span::current()));

@@ -103,6 +103,7 @@ fn chat_loop(model: &kiln_engine::ServingModel, args: &Args) -> anyhow::Result<(
             n: 1,
             priority: 0,
             cache_key: Vec::new(),
+            adapter: None,
         };
         let mut stream = model.generate(req, true)?;
         let mut answer = String::new();

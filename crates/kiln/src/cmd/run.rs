@@ -87,6 +87,7 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
         n: 1,
         priority: 0,
         cache_key: Vec::new(),
+        adapter: None,
     };
     let start = Instant::now();
     let mut stream = model.generate(req, true)?;

@@ -9,11 +9,12 @@
 mod config;
 
 use std::net::ToSocketAddrs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use kiln_catalog::{ModelSpec, Task};
+use kiln_server::lora::LoraConfig;
 use kiln_server::{ApiKey, ModelSource, ServeOptions, ServerConfig, ServingOptions};
 
 use self::config::{FileConfig, KeyEntry, Size};
@@ -40,8 +41,8 @@ pub struct Args {
     #[arg(long, env = "KILN_PORT")]
     port: Option<u16>,
 
-    /// Model to serve (catalogue name or alias); repeat to serve several
-    /// [default: smollm2-135m-instruct]
+    /// Model to serve (catalogue name or alias, or a local .gguf file, served under its
+    /// file stem); repeat to serve several [default: smollm2-135m-instruct]
     #[arg(
         long = "model",
         short,
@@ -129,6 +130,20 @@ pub struct Args {
     /// Largest request body, e.g. 4MiB; larger ones get 413 [default: 4MiB]
     #[arg(long, value_name = "SIZE")]
     max_body_size: Option<Size>,
+
+    /// Directory of LoRA adapters (PEFT format), one per subdirectory, named by it;
+    /// requests use one with `model: "<model>:<adapter>"` or `lora: "<adapter>"`.
+    /// Repeat for several
+    #[arg(long = "lora-dir", value_name = "DIR")]
+    lora_dirs: Vec<PathBuf>,
+
+    /// A LoRA adapter by name: NAME=PATH to its directory; repeat for several
+    #[arg(long = "lora", value_name = "NAME=PATH")]
+    loras: Vec<String>,
+
+    /// Most LoRA adapters kept loaded; the least recently used is dropped [default: 8]
+    #[arg(long)]
+    max_loras: Option<usize>,
 }
 
 /// Runs `kiln serve` until SIGTERM or Ctrl-C.
@@ -208,10 +223,19 @@ fn settings(
         }),
     };
     anyhow::ensure!(models_memory > 0, "--models-memory must be more than 0");
+    let lora = lora_config(
+        args.lora_dirs,
+        args.loras,
+        args.max_loras,
+        file.lora_dirs,
+        file.loras,
+        file.max_loras,
+    )?;
     let server = ServerConfig {
         api_keys,
         admin_keys,
         models_memory: Some(models_memory),
+        lora,
         max_queued: args
             .max_queued
             .or(file.max_queued)
@@ -269,7 +293,12 @@ fn settings(
         names.push((kiln_catalog::DEFAULT_MODEL.to_string(), false));
     }
     let mut specs: Vec<(&'static ModelSpec, bool)> = Vec::new();
+    let mut models = Vec::with_capacity(names.len());
     for (name, pin) in &names {
+        if let Some(source) = local_gguf(name, *pin, &engine) {
+            models.push(source);
+            continue;
+        }
         let spec = kiln_catalog::find(name)?;
         anyhow::ensure!(
             spec.task != Task::Dataset,
@@ -287,7 +316,6 @@ fn settings(
         .usage_db
         .or(file.usage_db)
         .unwrap_or_else(|| cache.root().join(USAGE_DB_FILE));
-    let mut models = Vec::with_capacity(specs.len());
     for (spec, pin) in specs {
         let progress = BarProgress::new(spec.name);
         cache
@@ -314,4 +342,73 @@ fn settings(
         usage_db: Some(usage_db),
     };
     Ok((opts, models))
+}
+
+/// A `--model` that is a local GGUF file: served as a text model named by its file stem.
+fn local_gguf(name: &str, pin: bool, engine: &ServingOptions) -> Option<ModelSource> {
+    let path = Path::new(name);
+    let is_gguf = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if !is_gguf || !path.is_file() {
+        return None;
+    }
+    Some(ModelSource {
+        name: path.file_stem()?.to_string_lossy().into_owned(),
+        aliases: Vec::new(),
+        task: Task::TextGeneration.as_str().to_string(),
+        path: path.to_path_buf(),
+        options: engine.clone(),
+        pin,
+    })
+}
+
+/// LoRA settings: flags replace the file's lists; `--lora` entries must be adapters.
+fn lora_config(
+    dirs: Vec<PathBuf>,
+    named: Vec<String>,
+    max: Option<usize>,
+    file_dirs: Option<Vec<PathBuf>>,
+    file_named: Option<std::collections::BTreeMap<String, PathBuf>>,
+    file_max: Option<usize>,
+) -> anyhow::Result<LoraConfig> {
+    let dirs = if dirs.is_empty() {
+        file_dirs.unwrap_or_default()
+    } else {
+        dirs
+    };
+    for d in &dirs {
+        anyhow::ensure!(d.is_dir(), "--lora-dir {} is not a directory", d.display());
+    }
+    let named: Vec<(String, PathBuf)> = if named.is_empty() {
+        file_named.unwrap_or_default().into_iter().collect()
+    } else {
+        named
+            .iter()
+            .map(|e| {
+                let (n, p) = e
+                    .split_once('=')
+                    .with_context(|| format!("--lora {e:?}: expected NAME=PATH"))?;
+                Ok((n.trim().to_string(), PathBuf::from(p.trim())))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    for (n, p) in &named {
+        anyhow::ensure!(
+            !n.is_empty() && !n.contains(':'),
+            "--lora name {n:?} must be non-empty and without ':'"
+        );
+        anyhow::ensure!(
+            kiln_server::lora::is_adapter_dir(p),
+            "--lora {n}={}: no adapter_config.json there",
+            p.display()
+        );
+    }
+    let max_loaded = max.or(file_max).unwrap_or(LoraConfig::default().max_loaded);
+    anyhow::ensure!(max_loaded >= 1, "--max-loras must be at least 1");
+    Ok(LoraConfig {
+        dirs,
+        named,
+        max_loaded,
+    })
 }

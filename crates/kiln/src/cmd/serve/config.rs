@@ -20,6 +20,10 @@
 //! max_queued = 1024
 //! shutdown_timeout = 30
 //! max_body_size = "4MiB"
+//! # LoRA adapters: directories of adapter subdirectories, named ones, cache size.
+//! lora_dirs = ["/var/lib/kiln/adapters"]
+//! loras = { support-bot = "/srv/adapters/support-bot" }
+//! max_loras = 8
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -47,6 +51,9 @@ pub struct FileConfig {
     /// Seconds.
     pub shutdown_timeout: Option<f64>,
     pub max_body_size: Option<Size>,
+    pub lora_dirs: Option<Vec<PathBuf>>,
+    pub loras: Option<std::collections::BTreeMap<String, PathBuf>>,
+    pub max_loras: Option<usize>,
 }
 
 impl FileConfig {
