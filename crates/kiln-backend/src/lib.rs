@@ -12,5 +12,5 @@ mod sync_ptr;
 
 pub use attention::{paged_attention, AttentionParams, SeqSpan};
 pub use kv::{KvCache, KvDtype, KvShape};
-pub use matmul::{matmul, MatmulScratch, QMatrix, WeightBytes};
+pub use matmul::{matmul, matmul_same_input, MatmulScratch, QMatrix, WeightBytes};
 pub use pool::ThreadPool;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use kiln_kernels::packed::{self, PackedGemmFn, PackedType, PACK_ROWS, TILE_TOKENS};
-use kiln_kernels::{KernelTable, WeightType};
+use kiln_kernels::{ActType, KernelTable, WeightType};
 
 use crate::pool::ThreadPool;
 use crate::sync_ptr::SyncPtr;
@@ -73,6 +73,9 @@ struct Packed {
 pub struct MatmulScratch {
     acts: Vec<u8>,
     scales: Vec<[f32; 2]>,
+    /// What `acts` (and `scales`) hold: the activation type, the token count, the row
+    /// width, and the packed type the scales were computed for.
+    holds: Option<(ActType, usize, usize, Option<PackedType>)>,
 }
 
 impl MatmulScratch {
@@ -150,6 +153,22 @@ pub fn matmul(
     out: &mut [f32],
     scratch: &mut MatmulScratch,
 ) {
+    scratch.holds = None;
+    matmul_same_input(pool, kt, w, x, n_tokens, out, scratch);
+}
+
+/// [`matmul`] for a caller whose `x` is the input of the previous matmul with `scratch`,
+/// unchanged (Q, K and V of one layer; gate and up): when that matmul's weights wanted
+/// the same activation type, its quantized rows are reused instead of made again.
+pub fn matmul_same_input(
+    pool: &ThreadPool,
+    kt: &KernelTable,
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
     assert_eq!(x.len(), n_tokens * w.cols, "matmul input shape");
     assert_eq!(out.len(), n_tokens * w.rows, "matmul output shape");
     let tk = kt.weight(w.ty);
@@ -157,7 +176,10 @@ pub fn matmul(
     let quantize = kt.quantize(tk.act);
     let packed = w.packed.as_ref();
     let nb = w.cols / 32;
-    let MatmulScratch { acts, scales } = scratch;
+    let wanted = (tk.act, n_tokens, w.cols, packed.map(|p| p.ty));
+    let reuse = scratch.holds == Some(wanted);
+    scratch.holds = Some(wanted);
+    let MatmulScratch { acts, scales, .. } = scratch;
     if acts.len() < act_row * n_tokens {
         acts.resize(act_row * n_tokens, 0);
     }
@@ -178,10 +200,12 @@ pub fn matmul(
             packed::act_scales_row(p.ty, a, s);
         }
     };
-    if n_tokens >= PARALLEL_QUANTIZE_ROWS {
-        pool.run(n_tokens, quantize_token);
-    } else {
-        (0..n_tokens).for_each(quantize_token);
+    if !reuse {
+        if n_tokens >= PARALLEL_QUANTIZE_ROWS {
+            pool.run(n_tokens, quantize_token);
+        } else {
+            (0..n_tokens).for_each(quantize_token);
+        }
     }
     let acts = &acts[..act_row * n_tokens];
     if let Some(p) = packed {
@@ -242,9 +266,75 @@ fn matmul_packed(
             for (t, vals) in tile.iter().enumerate().take(n) {
                 // SAFETY: this task alone writes rows r0..r0+live of every token.
                 let dst = unsafe { out_ptr.slice_mut((t0 + t) * rows + r0, live) };
-                dst.copy_from_slice(&vals[..live]);
+                // A whole group is a fixed-size copy the compiler inlines (a call to
+                // memmove per 64 bytes showed in profiles).
+                match <&mut [f32; PACK_ROWS]>::try_from(&mut *dst) {
+                    Ok(d) => *d = *vals,
+                    Err(_) => dst.copy_from_slice(&vals[..live]),
+                }
             }
             t0 += n;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_kernels::ActType;
+    use rand::{Rng, SeedableRng};
+
+    /// A `rows × cols` q8_0 matrix of random values (q8_0 weights and activations share
+    /// the block layout), packed when the CPU has the kernel.
+    fn q8_0(kt: &KernelTable, rng: &mut impl Rng, rows: usize, cols: usize) -> QMatrix {
+        let row_bytes = WeightType::Q8_0.row_bytes(cols).expect("whole blocks");
+        let mut bytes = vec![0u8; rows * row_bytes];
+        for r in bytes.chunks_exact_mut(row_bytes) {
+            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+            kt.quantize(ActType::Q8_0)(&x, r);
+        }
+        let mut m = QMatrix::new(WeightType::Q8_0, rows, cols, WeightBytes::Owned(bytes))
+            .expect("q8_0 matrix");
+        m.pack(kt);
+        m
+    }
+
+    fn f32_matrix(rng: &mut impl Rng, rows: usize, cols: usize) -> QMatrix {
+        let bytes = (0..rows * cols)
+            .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
+            .collect();
+        QMatrix::new(WeightType::F32, rows, cols, WeightBytes::Owned(bytes)).expect("f32 matrix")
+    }
+
+    #[test]
+    fn reused_activations_give_what_fresh_ones_do() {
+        let kt = KernelTable::best();
+        let pool = ThreadPool::new(2);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (cols, n) = (96, 5);
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let (a, b, c) = (
+            q8_0(kt, &mut rng, 40, cols),
+            f32_matrix(&mut rng, 24, cols),
+            q8_0(kt, &mut rng, 33, cols),
+        );
+        let fresh = |w: &QMatrix| {
+            let mut out = vec![0f32; n * w.rows];
+            matmul(&pool, kt, w, &x, n, &mut out, &mut MatmulScratch::new());
+            out
+        };
+        let mut scratch = MatmulScratch::new();
+        let mut run = |w: &QMatrix, same: bool| {
+            let mut out = vec![0f32; n * w.rows];
+            let f = if same { matmul_same_input } else { matmul };
+            f(&pool, kt, w, &x, n, &mut out, &mut scratch);
+            out
+        };
+        assert_eq!(run(&a, false), fresh(&a));
+        // Same type: reused; another type in between: quantized again, then reused.
+        assert_eq!(run(&c, true), fresh(&c));
+        assert_eq!(run(&b, true), fresh(&b));
+        assert_eq!(run(&c, true), fresh(&c));
+        assert_eq!(run(&a, true), fresh(&a));
+    }
 }

@@ -5,7 +5,8 @@
 //! optional weights, not separate code paths.
 
 use kiln_backend::{
-    matmul, paged_attention, AttentionParams, KvCache, MatmulScratch, QMatrix, ThreadPool,
+    matmul, matmul_same_input, paged_attention, AttentionParams, KvCache, MatmulScratch, QMatrix,
+    ThreadPool,
 };
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -30,6 +31,14 @@ pub(crate) struct Ctx<'a> {
     pub attention_time: Cell<Duration>,
 }
 
+/// Whether a projection's input is the one the previous projection read (Q, K and V of
+/// a layer; gate and up), so its quantized activations can be reused.
+#[derive(Clone, Copy, PartialEq)]
+enum Input {
+    New,
+    Same,
+}
+
 impl Ctx<'_> {
     fn linear(
         &self,
@@ -39,8 +48,24 @@ impl Ctx<'_> {
         out: &mut [f32],
         act: &mut MatmulScratch,
     ) {
+        self.linear_on(w, x, rows, out, act, Input::New);
+    }
+
+    fn linear_on(
+        &self,
+        w: &QMatrix,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        act: &mut MatmulScratch,
+        input: Input,
+    ) {
         let start = Instant::now();
-        matmul(
+        let mm = match input {
+            Input::New => matmul,
+            Input::Same => matmul_same_input,
+        };
+        mm(
             self.pool,
             self.kt,
             w,
@@ -58,15 +83,15 @@ impl Ctx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn project(
         &self,
-        l: usize,
-        target: Target,
+        (l, target): (usize, Target),
+        input: Input,
         w: &QMatrix,
         x: &[f32],
         rows: usize,
         out: &mut [f32],
         act: &mut MatmulScratch,
     ) {
-        self.linear(w, x, rows, out, act);
+        self.linear_on(w, x, rows, out, act, input);
         if self.lora.is_empty() {
             return;
         }
@@ -127,9 +152,10 @@ impl Ctx<'_> {
         let (n, d, hd) = (batch.n_rows(), cfg.d_model, cfg.head_dim);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
         self.rms_norm_rows(&ws.x, &lw.attn_norm, n, &mut ws.h);
-        self.project(l, Target::Q, &lw.wq, &ws.h, n, &mut ws.q, &mut ws.act);
-        self.project(l, Target::K, &lw.wk, &ws.h, n, &mut ws.k, &mut ws.act);
-        self.project(l, Target::V, &lw.wv, &ws.h, n, &mut ws.v, &mut ws.act);
+        let (h, act) = (&ws.h, &mut ws.act);
+        self.project((l, Target::Q), Input::New, &lw.wq, h, n, &mut ws.q, act);
+        self.project((l, Target::K), Input::Same, &lw.wk, h, n, &mut ws.k, act);
+        self.project((l, Target::V), Input::Same, &lw.wv, h, n, &mut ws.v, act);
         add_bias(&mut ws.q[..n * qd], lw.bq.as_deref());
         add_bias(&mut ws.k[..n * kvd], lw.bk.as_deref());
         add_bias(&mut ws.v[..n * kvd], lw.bv.as_deref());
@@ -188,7 +214,15 @@ impl Ctx<'_> {
         );
         self.attention_time
             .set(self.attention_time.get() + start.elapsed());
-        self.project(l, Target::O, &lw.wo, &ws.attn, n, &mut ws.o, &mut ws.act);
+        self.project(
+            (l, Target::O),
+            Input::New,
+            &lw.wo,
+            &ws.attn,
+            n,
+            &mut ws.o,
+            &mut ws.act,
+        );
         if let Some(w) = &lw.post_attn_norm {
             norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
         }
@@ -199,16 +233,25 @@ impl Ctx<'_> {
         let cfg = self.cfg;
         let (d, ff) = (cfg.d_model, cfg.ffn_dim);
         self.rms_norm_rows(&ws.x, &lw.ffn_norm, n, &mut ws.h);
+        let (h, act) = (&ws.h, &mut ws.act);
         self.project(
-            l,
-            Target::Gate,
+            (l, Target::Gate),
+            Input::New,
             &lw.w_gate,
-            &ws.h,
+            h,
             n,
             &mut ws.gate,
-            &mut ws.act,
+            act,
         );
-        self.project(l, Target::Up, &lw.w_up, &ws.h, n, &mut ws.up, &mut ws.act);
+        self.project(
+            (l, Target::Up),
+            Input::Same,
+            &lw.w_up,
+            h,
+            n,
+            &mut ws.up,
+            act,
+        );
         let (gate, up) = (&mut ws.gate[..n * ff], &ws.up[..n * ff]);
         let act = match cfg.activation {
             Activation::Silu => ops::swiglu_inplace,
@@ -219,8 +262,8 @@ impl Ctx<'_> {
                 act(g, &up[r * ff..(r + 1) * ff])
             });
         self.project(
-            l,
-            Target::Down,
+            (l, Target::Down),
+            Input::New,
             &lw.w_down,
             &ws.gate,
             n,
