@@ -7,8 +7,7 @@
 
 use std::path::Path;
 
-use half::{bf16, f16};
-use kiln_formats::{SafetensorsFile, StDtype, StView};
+use kiln_formats::SafetensorsFile;
 
 use crate::error::{Error, Result};
 
@@ -51,7 +50,7 @@ impl Tensors {
                 format!("{:?}", view.shape),
             ));
         }
-        decode(&view).ok_or_else(|| {
+        view.to_f32().ok_or_else(|| {
             self.tensor_error(
                 &full,
                 "dtype F32, BF16 or F16".into(),
@@ -68,24 +67,4 @@ impl Tensors {
             found,
         }
     }
-}
-
-/// The tensor's elements as f32, or `None` for a non-float dtype.
-fn decode(view: &StView<'_>) -> Option<Vec<f32>> {
-    let data = view.data;
-    Some(match view.dtype {
-        StDtype::F32 => data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        StDtype::BF16 => data
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StDtype::F16 => data
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        _ => return None,
-    })
 }

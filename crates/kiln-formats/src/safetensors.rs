@@ -32,6 +32,26 @@ impl StView<'_> {
     pub fn n_elements(&self) -> u64 {
         self.shape.iter().product()
     }
+
+    /// The elements as f32 (decoded from F32, F16 or BF16), or `None` for another dtype.
+    pub fn to_f32(&self) -> Option<Vec<f32>> {
+        let data = self.data;
+        Some(match self.dtype {
+            StDtype::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            StDtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            StDtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            _ => return None,
+        })
+    }
 }
 
 /// An opened safetensors file: validated header, data left in the mapping.

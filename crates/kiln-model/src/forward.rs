@@ -47,17 +47,6 @@ impl Ctx<'_> {
         rows: usize,
         out: &mut [f32],
         act: &mut MatmulScratch,
-    ) {
-        self.linear_on(w, x, rows, out, act, Input::New);
-    }
-
-    fn linear_on(
-        &self,
-        w: &QMatrix,
-        x: &[f32],
-        rows: usize,
-        out: &mut [f32],
-        act: &mut MatmulScratch,
         input: Input,
     ) {
         let start = Instant::now();
@@ -91,7 +80,7 @@ impl Ctx<'_> {
         out: &mut [f32],
         act: &mut MatmulScratch,
     ) {
-        self.linear_on(w, x, rows, out, act, input);
+        self.linear(w, x, rows, out, act, input);
         if self.lora.is_empty() {
             return;
         }
@@ -137,6 +126,7 @@ impl Ctx<'_> {
             m,
             &mut ws.logits[..m * vocab],
             &mut ws.act,
+            Input::New,
         );
     }
 

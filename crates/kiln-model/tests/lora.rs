@@ -11,18 +11,11 @@ use std::sync::Arc;
 use common::{step, Seq, BLOCK_SIZE};
 use kiln_backend::{KvCache, KvDtype};
 use kiln_model::{LoadOptions, LoraAdapter, LoraError, Model, Workspace};
-use kiln_testkit::lora::{config_json, random_pairs, write_adapter, Lcg, MergedFixture, Pair};
+use kiln_testkit::lora::{
+    config_json, random_pairs, write_adapter, Lcg, MergedFixture, Pair, ALL_MODULES,
+};
 
 const MODEL: &str = "smollm2-135m-instruct";
-const ALL_MODULES: [&str; 7] = [
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-];
 
 fn prompt(n: usize) -> Vec<u32> {
     let mut rng = Lcg::new(7);

@@ -50,6 +50,17 @@ pub const PROJECTIONS: [(&str, &str); 7] = [
     ("mlp.down_proj", "ffn_down"),
 ];
 
+/// Every projection's Hugging Face module name.
+pub const ALL_MODULES: [&str; 7] = [
+    PROJECTIONS[0].0,
+    PROJECTIONS[1].0,
+    PROJECTIONS[2].0,
+    PROJECTIONS[3].0,
+    PROJECTIONS[4].0,
+    PROJECTIONS[5].0,
+    PROJECTIONS[6].0,
+];
+
 /// Writes a safetensors file of F32 tensors `(name, shape, values)`.
 pub fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) {
     let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"}");

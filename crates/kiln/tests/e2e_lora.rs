@@ -13,19 +13,11 @@ mod support;
 
 use std::path::Path;
 
-use kiln_testkit::lora::{config_json, random_pairs, write_adapter, MergedFixture, Pair};
+use kiln_testkit::lora::{
+    config_json, random_pairs, write_adapter, MergedFixture, Pair, ALL_MODULES,
+};
 use serde_json::{json, Value};
 use support::*;
-
-const ALL_MODULES: [&str; 7] = [
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-];
 
 /// Writes the models and adapters; returns the `kiln serve` arguments.
 fn fixtures(dir: &Path) -> Vec<String> {

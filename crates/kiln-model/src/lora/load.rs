@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use half::{bf16, f16};
-use kiln_formats::{SafetensorsFile, StDtype, StView};
+use kiln_formats::{SafetensorsFile, StView};
 use kiln_kernels::ops::RopeStyle;
 
 use super::{AdapterConfig, LayerLora, LoraAdapter, LoraError, LoraPair, Target, MAX_RANK};
@@ -82,27 +81,12 @@ fn parse_name(name: &str) -> Result<TensorKey, LoraError> {
 }
 
 fn to_f32(t: &StView<'_>) -> Result<Vec<f32>, LoraError> {
-    let d = t.data;
-    Ok(match t.dtype {
-        StDtype::F32 => d
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        StDtype::F16 => d
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StDtype::BF16 => d
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => {
-            return Err(LoraError::Weights(format!(
-                "tensor {:?} is {}; adapters must be F32, F16 or BF16",
-                t.name,
-                other.name()
-            )))
-        }
+    t.to_f32().ok_or_else(|| {
+        LoraError::Weights(format!(
+            "tensor {:?} is {}; adapters must be F32, F16 or BF16",
+            t.name,
+            t.dtype.name()
+        ))
     })
 }
 
