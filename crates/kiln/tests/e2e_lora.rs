@@ -306,6 +306,19 @@ async fn lora_adapters_over_http() {
         .await
         .expect("POST /ai/run");
     assert_eq!(resp.status().as_u16(), 200);
+    for (lora, status) in [
+        (json!("steer"), 200),
+        (json!(null), 200),
+        (json!("zero"), 400),
+    ] {
+        let resp = client()
+            .post(format!("{url}/ai/run/base:steer"))
+            .json(&json!({"prompt": prompt, "lora": lora, "max_tokens": 4}))
+            .send()
+            .await
+            .expect("POST /ai/run/base:steer");
+        assert_eq!(resp.status().as_u16(), status, "lora {lora}");
+    }
 
     // The card lists the adapters and which are loaded.
     let models: Value = client()

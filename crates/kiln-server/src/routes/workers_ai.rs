@@ -36,7 +36,8 @@ pub async fn run(
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let (name, path_adapter) = state.split_adapter(Some(&model_name), None)?;
+    // `{model}` may be `base:adapter`.
+    let (name, _) = state.split_adapter(Some(&model_name), None)?;
     let slot = state.resolve(name)?;
     match slot.kind {
         Some(ModelKind::Embed) => {
@@ -47,7 +48,7 @@ pub async fn run(
         }
         // A task the server can't run fails at load, with the reason.
         Some(ModelKind::Generate) | None => {
-            generate(&state, slot, path_adapter, &ctx, parse(&body)?).await
+            generate(&state, slot, &model_name, &ctx, parse(&body)?).await
         }
     }
 }
@@ -55,19 +56,11 @@ pub async fn run(
 async fn generate(
     state: &AppState,
     slot: Arc<ModelSlot>,
-    path_adapter: Option<&str>,
+    model_name: &str,
     ctx: &CallContext,
     req: AiRunRequest,
 ) -> Result<Response, ApiError> {
-    let lora = match (path_adapter, req.lora.as_deref()) {
-        (Some(p), Some(l)) if p != l => {
-            return Err(ApiError::invalid(
-                "lora",
-                format!("the path names adapter `{p}` but `lora` names `{l}`"),
-            ))
-        }
-        (p, l) => p.or(l),
-    };
+    let (_, lora) = state.split_adapter(Some(model_name), req.lora.as_deref())?;
     let lease = state.lease_slot(slot, ctx).await?;
     let (lease, model, adapter) = state.with_adapter(lease, lora).await?;
     let slot = lease.slot().clone();
