@@ -8,10 +8,11 @@
 //! `max_loaded` adapters. An evicted adapter stays alive while sequences still use it;
 //! a later request loads it again (with a new prefix-cache key, in case it changed).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kiln_engine::ServingModel;
+pub use kiln_model::lora::is_adapter_dir;
 use kiln_model::{LoraAdapter, LoraError};
 
 use crate::error::ApiError;
@@ -86,7 +87,7 @@ impl AdapterCache {
             .dirs
             .iter()
             .map(|d| d.join(name))
-            .find(|p| p.join("adapter_config.json").is_file())
+            .find(|p| is_adapter_dir(p))
     }
 
     /// Every adapter that can be asked for (named ones, then each directory's), sorted.
@@ -98,7 +99,7 @@ impl AdapterCache {
             };
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if is_plain_name(&name) && e.path().join("adapter_config.json").is_file() {
+                if is_plain_name(&name) && is_adapter_dir(&e.path()) {
                     names.push(name);
                 }
             }
@@ -204,11 +205,6 @@ impl AdapterCache {
             },
         }
     }
-}
-
-/// Whether `path` holds an adapter (for checking `--lora` entries at start).
-pub fn is_adapter_dir(path: &Path) -> bool {
-    path.join("adapter_config.json").is_file()
 }
 
 #[cfg(test)]

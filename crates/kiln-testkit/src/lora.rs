@@ -135,7 +135,6 @@ impl Lcg {
 
 /// A model's shape as the adapter fixtures need it, read from its GGUF.
 pub struct Shape {
-    pub n_layers: usize,
     pub head_dim: usize,
     /// Whether llama.cpp's converter permuted Q/K rows (the `llama` family).
     pub permuted_qk: bool,
@@ -162,7 +161,6 @@ impl Shape {
             .flatten()
             .map_or(d / heads, |v| v as usize);
         Self {
-            n_layers: get("block_count"),
             head_dim,
             permuted_qk: arch == "llama",
         }

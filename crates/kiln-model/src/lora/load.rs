@@ -9,8 +9,13 @@ use kiln_kernels::ops::RopeStyle;
 use super::{AdapterConfig, LayerLora, LoraAdapter, LoraError, LoraPair, Target, MAX_RANK};
 use crate::config::ModelConfig;
 
-pub const CONFIG_FILE: &str = "adapter_config.json";
-pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+const CONFIG_FILE: &str = "adapter_config.json";
+const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+
+/// Whether `dir` holds a PEFT adapter (has its `adapter_config.json`).
+pub fn is_adapter_dir(dir: &Path) -> bool {
+    dir.join(CONFIG_FILE).is_file()
+}
 
 /// Whether the GGUF converter permuted this model's Q/K rows: it does for the `llama`
 /// family, whose GGUF RoPE rotates adjacent pairs where the Hugging Face weights rotate
@@ -102,10 +107,10 @@ fn gguf_row(j: usize, head_dim: usize) -> usize {
 impl LoraAdapter {
     /// Loads the adapter in `dir` for a base model of `cfg`.
     pub fn load(name: &str, dir: &Path, cfg: &ModelConfig) -> Result<Self, LoraError> {
-        let config_path = dir.join(CONFIG_FILE);
-        if !config_path.is_file() {
+        if !is_adapter_dir(dir) {
             return Err(LoraError::NotFound(dir.display().to_string()));
         }
+        let config_path = dir.join(CONFIG_FILE);
         let io = |path: &Path| {
             let path = path.display().to_string();
             move |source| LoraError::Io { path, source }

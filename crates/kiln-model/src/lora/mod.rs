@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 pub use config::AdapterConfig;
 pub use error::LoraError;
+pub use load::is_adapter_dir;
 
 use crate::config::ModelConfig;
 
