@@ -1,7 +1,8 @@
 //! Causal attention over paged K/V, for a flat batch of tokens from many sequences.
 //!
-//! Each task handles one token and one query head when the cache is f16 (read in place),
-//! or one KV head's whole GQA group otherwise (so each key is converted once per group). Scores are kept
+//! Each task handles one token and one KV head's whole GQA group, so each cached key and
+//! value is read and converted once for the group (one query head per task only when an
+//! f16 cache meets a batch too small to keep the threads busy). Scores are kept
 //! per task in a thread-local buffer that grows once and is then reused, so steady-state
 //! steps don't allocate.
 //!
@@ -89,10 +90,15 @@ pub fn paged_attention(
     assert_eq!(out.len(), n_rows * q_width, "attention out shape");
     let out_ptr = SyncPtr::new(out);
     let group = p.n_heads / p.n_kv_heads;
-    // An f16 cache is read in place, so each query head can be its own task (better
-    // balance across threads at small batches); other element types are converted a
-    // block at a time, which a GQA group's heads then share.
-    let heads_per_task = if kv.dtype == KvDtype::F16 { 1 } else { group };
+    // A GQA group's heads share one pass over their K/V rows. Only an f16 cache at a
+    // small batch (too few groups to keep every thread busy) goes one head per task:
+    // there the balance across threads is worth more than the shared reads.
+    let few_groups = n_rows * p.n_kv_heads < 4 * pool.n_threads();
+    let heads_per_task = if kv.dtype == KvDtype::F16 && few_groups {
+        1
+    } else {
+        group
+    };
     let tasks_per_row = p.n_heads / heads_per_task;
     pool.run(n_rows * tasks_per_row, |task| {
         let (row, h0) = (task / tasks_per_row, task % tasks_per_row * heads_per_task);
@@ -149,10 +155,7 @@ fn attend_group(
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
         let c0 = base + lo - start;
         if let Some(k) = kv.k_f16(t.layer, block, t.kv_head, hi) {
-            for h in 0..group {
-                let out = &mut scores[h * n_ctx + c0..h * n_ctx + c0 + hi - lo];
-                ops::dot_f16_rows(&k[lo * hd..], &q[h * hd..(h + 1) * hd], p.scale, out);
-            }
+            ops::dot_f16_rows_heads(&k[lo * hd..], q, hd, p.scale, &mut scores[c0..], n_ctx);
             return;
         }
         kv.read_k(t.layer, block, t.kv_head, hi, kbuf);
@@ -173,10 +176,7 @@ fn attend_group(
     for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
         let c0 = base + lo - start;
         if let Some(v) = kv.v_f16(t.layer, block, t.kv_head, hi) {
-            for h in 0..group {
-                let w = &scores[h * n_ctx + c0..h * n_ctx + c0 + hi - lo];
-                ops::axpy_f16_rows(w, &v[lo * hd..], &mut out[h * hd..(h + 1) * hd]);
-            }
+            ops::axpy_f16_rows_heads(&scores[c0..], n_ctx, &v[lo * hd..], hd, out);
             return;
         }
         kv.read_v(t.layer, block, t.kv_head, hi, kbuf);

@@ -4,13 +4,18 @@
 //! takes from the front, freeing appends at the back. A free block may still hold a cached
 //! prefix; it stays findable by hash until allocation evicts it, and a cache hit pulls it
 //! back out of the queue. The queue is an intrusive doubly linked list over block ids, so
-//! every operation is O(1) and nothing allocates after construction.
+//! every operation is O(1) and nothing allocates after construction. A growing sequence
+//! takes the block after its last one when that is free, to keep its blocks adjacent.
 
 use std::collections::HashMap;
 
 use super::prefix_hash::BlockHash;
 
 const NIL: u32 = u32::MAX;
+
+/// How many evenly spaced places fresh blocks are first handed out from (about the most
+/// sequences that run at once).
+const START_REGIONS: usize = 64;
 
 pub struct BlockPool {
     ref_cnt: Vec<u32>,
@@ -40,8 +45,14 @@ impl BlockPool {
             tail: NIL,
             num_free: 0,
         };
-        for b in 0..n {
-            pool.push_back(b);
+        // Fresh blocks are handed out from evenly spaced regions (0, S, 2S, …, then 1,
+        // S + 1, …), so new sequences start far apart and each can grow into the blocks
+        // after its own (see `allocate`).
+        let stride = n.div_ceil(START_REGIONS as u32).max(1);
+        for offset in 0..stride {
+            for b in (offset..n).step_by(stride as usize) {
+                pool.push_back(b);
+            }
         }
         pool
     }
@@ -63,18 +74,32 @@ impl BlockPool {
         1.0 - self.num_free as f64 / self.ref_cnt.len() as f64
     }
 
+    /// Whether `block` exists and no sequence holds it (it may hold a cached prefix).
+    fn is_free(&self, block: u32) -> bool {
+        self.ref_cnt.get(block as usize) == Some(&0)
+    }
+
     pub fn ref_count(&self, block: u32) -> u32 {
         self.ref_cnt[block as usize]
     }
 
-    /// Takes `n` blocks (evicting cached prefixes, least recently used first), or none if
-    /// fewer than `n` are free.
+    /// Appends `n` blocks to the block table `out` (evicting cached prefixes, least
+    /// recently used first), or takes none if fewer than `n` are free.
+    ///
+    /// The block after the table's last one is taken first when it is free (even if that
+    /// evicts its cached prefix out of LRU order): a sequence whose blocks are adjacent in
+    /// memory is read by attention as one stream, while scattered blocks cost a TLB miss
+    /// and a prefetcher restart each. On a VM (nested page walks) attention over scattered
+    /// blocks of 16 ran at a quarter of its speed over contiguous ones.
     pub fn allocate(&mut self, n: usize, out: &mut Vec<u32>) -> bool {
         if n > self.num_free {
             return false;
         }
         for _ in 0..n {
-            let b = self.head;
+            let b = match out.last() {
+                Some(&last) if self.is_free(last.wrapping_add(1)) => last + 1,
+                _ => self.head,
+            };
             self.unlink(b);
             if let Some(h) = self.hash[b as usize].take() {
                 if self.cached.get(&h) == Some(&b) {
@@ -205,6 +230,33 @@ mod tests {
         p.touch(a[0]);
         assert_eq!(p.ref_count(a[0]), 1);
         assert_eq!(p.num_free(), 0);
+    }
+
+    #[test]
+    fn sequences_grow_into_adjacent_blocks() {
+        let mut p = BlockPool::new(640);
+        let (mut a, mut b) = (vec![], vec![]);
+        // Interleaved growth, as when many sequences decode at once.
+        for _ in 0..5 {
+            assert!(p.allocate(1, &mut a));
+            assert!(p.allocate(1, &mut b));
+        }
+        assert_eq!(a, (0..5).collect::<Vec<_>>());
+        assert_eq!(
+            b,
+            (10..15).collect::<Vec<_>>(),
+            "second sequence starts a region away"
+        );
+        // A free neighbour is taken even when it holds a cached prefix (which it loses);
+        // a held one falls back to the queue's front (the next region's start).
+        p.cache(5, [7; 16]);
+        let mut c = vec![4];
+        assert!(p.allocate(1, &mut c));
+        assert_eq!(c, [4, 5]);
+        assert_eq!(p.lookup(&[7; 16]), None);
+        let mut d = vec![9];
+        assert!(p.allocate(1, &mut d));
+        assert_eq!(d, [9, 20], "block 10 is held by the second sequence");
     }
 
     #[test]

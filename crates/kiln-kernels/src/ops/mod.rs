@@ -19,7 +19,8 @@ pub use activation::{
 };
 pub use convert::{bf16_to_f32_row, f16_to_f32_row, f32_to_bf16_row, f32_to_f16_row};
 pub use f16_vector::{
-    axpy_f16, axpy_f16_rows, axpy_f16_scalar, dot_f16, dot_f16_rows, dot_f16_scalar,
+    axpy_f16, axpy_f16_rows, axpy_f16_rows_heads, axpy_f16_rows_heads_scalar, axpy_f16_scalar,
+    dot_f16, dot_f16_rows, dot_f16_rows_heads, dot_f16_rows_heads_scalar, dot_f16_scalar,
     round_f16_inplace, round_f16_scalar,
 };
 pub use norm::{rms_norm, rms_norm_inplace};

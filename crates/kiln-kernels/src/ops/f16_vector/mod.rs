@@ -1,0 +1,198 @@
+//! f16 × f32 vector kernels for attention over an f16 KV cache.
+//!
+//! Every kernel here computes exactly what [`dot_f32`](super::dot_f32) and
+//! [`axpy`](super::axpy) give on the converted values (same eight dot lanes, same
+//! unfused multiply-then-add, same final order), bit for bit, converting eight halves per
+//! instruction (F16C). That exactness is deliberate: a fused or 16-lane dot in attention
+//! was measured to cost agreement with llama.cpp at decisive positions (Gemma 3: 523/528
+//! instead of 528/528), so only `axpy_f16_rows`, which has no reduction, goes 16 lanes
+//! wide (AVX-512, accumulators kept in registers across rows), still bit-exact.
+
+use half::f16;
+
+use super::check_len;
+
+mod heads;
+
+pub use heads::{
+    axpy_f16_rows_heads, axpy_f16_rows_heads_scalar, dot_f16_rows_heads, dot_f16_rows_heads_scalar,
+};
+
+const LANES: usize = 8;
+
+/// `Σ k[i]·q[i]` with `k` in f16.
+pub fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
+    check_len("dot_f16", "q", k.len(), q.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::dot_f16(k, q) };
+    }
+    dot_f16_scalar(k, q)
+}
+
+/// `y[i] += alpha · v[i]` with `v` in f16.
+pub fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
+    check_len("axpy_f16", "y", v.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::axpy_f16(alpha, v, y) };
+    }
+    axpy_f16_scalar(alpha, v, y);
+}
+
+/// `out[j] = scale · dot_f16(keys[j], q)` for each `q.len()`-wide row of `keys` (one
+/// block of cached keys against one query head): one feature check per block.
+pub fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
+    let hd = q.len().max(1);
+    check_len("dot_f16_rows", "out", keys.len() / hd, out.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::dot_f16_rows(keys, q, scale, out) };
+    }
+    for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
+        *o = scale * dot_f16_scalar(k, q);
+    }
+}
+
+/// `y += w[j] · values[j]` for each `y.len()`-wide row of `values`, in row order (so
+/// the result is bit-identical to one [`axpy_f16`] per row).
+pub fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
+    let hd = y.len().max(1);
+    check_len("axpy_f16_rows", "w", values.len() / hd, w.len());
+    #[cfg(target_arch = "x86_64")]
+    if hd.is_multiple_of(16) && has_avx512() {
+        // SAFETY: the CPU supports AVX-512F and F16C (checked just above).
+        return unsafe { x86::axpy_f16_rows_512(w, values, y) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::axpy_f16_rows(w, values, y) };
+    }
+    for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
+        axpy_f16_scalar(a, v, y);
+    }
+}
+
+/// Rounds every element to the nearest f16 (ties to even) and back, as llama.cpp does to
+/// attention queries and softmax weights; eight at a time with F16C.
+pub fn round_f16_inplace(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        return unsafe { x86::round_f16_inplace(x) };
+    }
+    round_f16_scalar(x);
+}
+
+/// The reference for [`round_f16_inplace`].
+pub fn round_f16_scalar(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = f16::from_f32(*v).to_f32();
+    }
+}
+
+/// The reference for [`dot_f16`].
+pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (kc, qc) = (k.chunks_exact(LANES), q.chunks_exact(LANES));
+    let (kt, qt) = (kc.remainder(), qc.remainder());
+    for (x, y) in qc.zip(kc) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l].to_f32();
+        }
+    }
+    let tail: f32 = qt.iter().zip(kt).map(|(x, y)| x * y.to_f32()).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The reference for [`axpy_f16`].
+pub fn axpy_f16_scalar(alpha: f32, v: &[f16], y: &mut [f32]) {
+    for (o, v) in y.iter_mut().zip(v) {
+        *o += alpha * v.to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && has_f16c()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c")
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{axpy, dot_f32};
+    use proptest::prelude::*;
+
+    fn halves(n: usize) -> impl Strategy<Value = Vec<f16>> {
+        prop::collection::vec(-60.0f32..60.0, n)
+            .prop_map(|v| v.into_iter().map(f16::from_f32).collect())
+    }
+
+    proptest! {
+        #[test]
+        fn f16_kernels_equal_f32_ones_on_converted_values(
+            (k, q, y) in (0usize..400).prop_flat_map(|n| (
+                halves(n),
+                prop::collection::vec(-3.0f32..3.0, n),
+                prop::collection::vec(-3.0f32..3.0, n),
+            )),
+            alpha in -2.0f32..2.0,
+        ) {
+            let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
+            let want = dot_f32(&q, &k32);
+            prop_assert_eq!(dot_f16(&k, &q).to_bits(), want.to_bits());
+            prop_assert_eq!(dot_f16_scalar(&k, &q).to_bits(), want.to_bits());
+            let mut want_y = y.clone();
+            axpy(alpha, &k32, &mut want_y);
+            for f in [axpy_f16, axpy_f16_scalar] {
+                let mut got = y.clone();
+                f(alpha, &k, &mut got);
+                prop_assert!(got.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+            let mut r = q.clone();
+            let mut r_ref = q.iter().map(|v| v * 70_000.0).collect::<Vec<_>>(); // overflow too
+            let mut r_big = r_ref.clone();
+            round_f16_inplace(&mut r);
+            round_f16_inplace(&mut r_big);
+            round_f16_scalar(&mut r_ref);
+            let mut r_small = q.clone();
+            round_f16_scalar(&mut r_small);
+            prop_assert!(r.iter().zip(&r_small).all(|(a, b)| a.to_bits() == b.to_bits()));
+            prop_assert!(r_big.iter().zip(&r_ref).all(|(a, b)| a.to_bits() == b.to_bits()));
+            // Row forms (rows of 4; 8/16/32 also give the 8-row dot tiles; 16/64/80 the
+            // AVX-512 axpy) against
+            // per-row calls, bit for bit.
+            for hd in [4usize, 8, 16, 32, 64, 80] {
+                if k.is_empty() || k.len() % hd != 0 {
+                    continue;
+                }
+                let rows = k.len() / hd;
+                let mut scores = vec![0f32; rows];
+                dot_f16_rows(&k, &q[..hd], 0.5, &mut scores);
+                for (j, s) in scores.iter().enumerate() {
+                    let want = 0.5 * dot_f16(&k[j * hd..(j + 1) * hd], &q[..hd]);
+                    prop_assert_eq!(s.to_bits(), want.to_bits());
+                }
+                let mut got = y[..hd].to_vec();
+                let mut want = y[..hd].to_vec();
+                axpy_f16_rows(&q[..rows], &k, &mut got);
+                for j in 0..rows {
+                    axpy_f16(q[j], &k[j * hd..(j + 1) * hd], &mut want);
+                }
+                prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+    }
+}
