@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use half::f16;
 
 use super::check_len;
+use super::exp::exp_inplace;
 
 /// √(2/π), as ggml spells it.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -61,16 +62,25 @@ pub fn gelu_tanh_inplace(x: &mut [f32]) {
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     check_len("swiglu", "up", gate.len(), up.len());
     check_len("swiglu", "out", gate.len(), out.len());
-    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = silu(g) * u;
-    }
+    out.copy_from_slice(gate);
+    swiglu_inplace(out, up);
 }
 
-/// [`swiglu`] writing into `gate`.
+/// [`swiglu`] writing into `gate`; bit-identical to [`silu`] per element, with the
+/// exponentials taken sixteen at a time ([`exp_inplace`]).
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     check_len("swiglu_inplace", "up", gate.len(), up.len());
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = silu(*g) * u;
+    const CHUNK: usize = 64;
+    let mut e = [0f32; CHUNK];
+    for (g, u) in gate.chunks_mut(CHUNK).zip(up.chunks(CHUNK)) {
+        let e = &mut e[..g.len()];
+        for (e, &g) in e.iter_mut().zip(g.iter()) {
+            *e = -g;
+        }
+        exp_inplace(e);
+        for ((g, &e), &u) in g.iter_mut().zip(e.iter()).zip(u) {
+            *g = *g / (1.0 + e) * u;
+        }
     }
 }
 
@@ -117,6 +127,14 @@ mod tests {
         swiglu_inplace(&mut g, &up);
         assert_eq!(g, out);
         assert_eq!(out[3], silu(2.0) * 0.25);
+        // The chunked form equals `silu` per element, bit for bit, past one chunk.
+        let wide_gate: Vec<f32> = (0..150).map(|i| (i as f32 - 75.0) * 0.37).collect();
+        let wide_up: Vec<f32> = (0..150).map(|i| 1.0 - i as f32 * 0.01).collect();
+        let mut g = wide_gate.clone();
+        swiglu_inplace(&mut g, &wide_up);
+        for ((&got, &x), &u) in g.iter().zip(&wide_gate).zip(&wide_up) {
+            assert_eq!(got.to_bits(), (silu(x) * u).to_bits());
+        }
         geglu_tanh(&gate, &up, &mut out);
         let mut g = gate;
         geglu_tanh_inplace(&mut g, &up);

@@ -7,6 +7,7 @@
 
 mod activation;
 mod convert;
+mod exp;
 mod f16_vector;
 mod norm;
 mod rope;
@@ -18,6 +19,7 @@ pub use activation::{
     silu_inplace, swiglu, swiglu_inplace,
 };
 pub use convert::{bf16_to_f32_row, f16_to_f32_row, f32_to_bf16_row, f32_to_f16_row};
+pub use exp::{exp_f32, exp_inplace};
 pub use f16_vector::{
     axpy_f16, axpy_f16_rows, axpy_f16_rows_heads, axpy_f16_rows_heads_scalar, axpy_f16_scalar,
     dot_f16, dot_f16_rows, dot_f16_rows_heads, dot_f16_rows_heads_scalar, dot_f16_scalar,
