@@ -151,8 +151,15 @@ fn attend_group(
     s.q.extend_from_slice(t.q_group);
     ops::round_f16_inplace(&mut s.q);
     let (scores, kbuf, q) = (&mut s.scores, &mut s.kbuf, &s.q);
+    // An f16 cache is read in place, a run of adjacent blocks at a time; other types are
+    // converted one block at a time into `kbuf`.
+    let run = if kv.dtype == KvDtype::F16 {
+        usize::MAX
+    } else {
+        1
+    };
     // Pass 1: scaled scores for every visible position. An f16 cache is read in place.
-    for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
+    for_each_block(t.block_table, bs, start, end, run, |block, base, lo, hi| {
         let c0 = base + lo - start;
         if let Some(k) = kv.k_f16(t.layer, block, t.kv_head, hi) {
             ops::dot_f16_rows_heads(&k[lo * hd..], q, hd, p.scale, &mut scores[c0..], n_ctx);
@@ -170,7 +177,7 @@ fn attend_group(
     ops::round_f16_inplace(&mut scores[..group * n_ctx]);
     // Pass 2: probability-weighted sum of values.
     out.fill(0.0);
-    for_each_block(t.block_table, bs, start, end, |block, base, lo, hi| {
+    for_each_block(t.block_table, bs, start, end, run, |block, base, lo, hi| {
         let c0 = base + lo - start;
         if let Some(v) = kv.v_f16(t.layer, block, t.kv_head, hi) {
             ops::axpy_f16_rows_heads(&scores[c0..], n_ctx, &v[lo * hd..], hd, out);
@@ -191,25 +198,30 @@ fn attend_group(
 }
 
 /// Calls `f(block_id, first_position_of_block, lo, hi)` for each block overlapping
-/// positions `start..end`, where `lo..hi` are the slots inside the block to use.
+/// positions `start..end`, where `lo..hi` are the slots to use counted from that block's
+/// start. Up to `max_run` blocks with consecutive ids come as one call (then `hi` may pass
+/// the block size): their rows are adjacent in an f16 cache, so one kernel call covers
+/// them all.
 fn for_each_block(
     block_table: &[u32],
     bs: usize,
     start: usize,
     end: usize,
+    max_run: usize,
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
-    let first = start / bs;
-    for (b, &block) in block_table
-        .iter()
-        .enumerate()
-        .take(end.div_ceil(bs))
-        .skip(first)
-    {
+    let last = end.div_ceil(bs).min(block_table.len());
+    let mut b = start / bs;
+    while b < last {
+        let mut e = b + 1;
+        while e < last && e - b < max_run && block_table[e] == block_table[e - 1].wrapping_add(1) {
+            e += 1;
+        }
         let base = b * bs;
         let lo = start.max(base) - base;
-        let hi = end.min(base + bs) - base;
-        f(block as usize, base, lo, hi);
+        let hi = end.min(e * bs) - base;
+        f(block_table[b] as usize, base, lo, hi);
+        b = e;
     }
 }
 
@@ -243,5 +255,34 @@ fn softmax_rows_f32(rows: &mut [f32], n: usize) {
                 *v *= inv;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_each_block;
+
+    fn calls(table: &[u32], start: usize, end: usize, max_run: usize) -> Vec<[usize; 4]> {
+        let mut got = vec![];
+        for_each_block(table, 4, start, end, max_run, |b, base, lo, hi| {
+            got.push([b, base, lo, hi])
+        });
+        got
+    }
+
+    #[test]
+    fn runs_of_adjacent_blocks_come_as_one_call() {
+        let table = [5, 6, 7, 2, 3, 9, 10];
+        // Positions 1..22 of a 4-slot table: blocks 5-7, then 2-3, then 9 (10 unused).
+        assert_eq!(
+            calls(&table, 1, 22, usize::MAX),
+            [[5, 0, 1, 12], [2, 12, 0, 8], [9, 20, 0, 2]]
+        );
+        assert_eq!(
+            calls(&table, 1, 22, 2),
+            [[5, 0, 1, 8], [7, 8, 0, 4], [2, 12, 0, 8], [9, 20, 0, 2]]
+        );
+        let single = calls(&table, 5, 9, 1);
+        assert_eq!(single, [[6, 4, 1, 4], [7, 8, 0, 1]]);
     }
 }

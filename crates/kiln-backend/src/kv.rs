@@ -155,7 +155,11 @@ impl KvCache {
     }
 
     /// The first `n` cached keys of `head` in `block`, when the cache holds f16 (the
-    /// attention kernel then reads them in place).
+    /// attention kernel then reads them in place). `n` may pass the block size: the rows
+    /// then continue into blocks `block + 1, …`, which follow in memory.
+    ///
+    /// # Panics
+    /// If the rows would run past the last block.
     #[inline]
     pub fn k_f16(&self, layer: usize, block: usize, head: usize, n: usize) -> Option<&[f16]> {
         self.f16_rows(&self.k[layer], block, head, n)
