@@ -10,6 +10,7 @@
 //! size, batch 1 included, so a row's result never depends on the batch. Other types
 //! take one `vec_dot` per (row, token).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kiln_kernels::packed::{self, PackedGemmFn, PackedType, PACK_ROWS, TILE_TOKENS};
@@ -20,6 +21,9 @@ use crate::sync_ptr::SyncPtr;
 
 /// Output rows per pool task: small enough to balance, large enough to amortise.
 const ROWS_PER_TASK: usize = 16;
+
+/// Packed groups per pool task when repacking at load.
+const PACK_GROUPS_PER_TASK: usize = 8;
 
 /// Token rows from which activations are quantized over the pool rather than inline.
 const PARALLEL_QUANTIZE_ROWS: usize = 4;
@@ -102,17 +106,27 @@ impl QMatrix {
     }
 
     /// Repacks the rows for `kt`'s packed kernel if it has one for this type (a copy of
-    /// the weights, built once at load); returns whether it did.
-    pub fn pack(&mut self, kt: &KernelTable) -> bool {
+    /// the weights, built once at load, its groups packed over `pool`); returns whether
+    /// it did.
+    pub fn pack(&mut self, kt: &KernelTable, pool: &ThreadPool) -> bool {
         let Some(ty) = PackedType::for_weight(self.ty) else {
             return false;
         };
         let Some(gemm) = kt.packed_gemm(ty) else {
             return false;
         };
-        let Some(bytes) = packed::pack(ty, self.rows, self.cols, self.data.bytes()) else {
+        let (rows, cols, src) = (self.rows, self.cols, self.data.bytes());
+        let group_bytes = ty.group_bytes(cols);
+        let mut bytes = vec![0u8; rows.div_ceil(PACK_ROWS) * group_bytes];
+        let failed = AtomicBool::new(false);
+        pool.for_each_chunk_mut(&mut bytes, group_bytes, PACK_GROUPS_PER_TASK, |g, dst| {
+            if packed::pack_group(ty, rows, cols, src, g, dst).is_none() {
+                failed.store(true, Ordering::Relaxed);
+            }
+        });
+        if failed.into_inner() {
             return false;
-        };
+        }
         self.packed = Some(Packed { ty, bytes, gemm });
         true
     }
@@ -175,7 +189,8 @@ pub fn matmul_same_input(
     let act_row = w.act_row_bytes;
     let quantize = kt.quantize(tk.act);
     let packed = w.packed.as_ref();
-    let nb = w.cols / 32;
+    // Activation blocks per row, each with one scale entry for the packed kernel.
+    let nb = w.cols / tk.act.block_elems();
     let wanted = (tk.act, n_tokens, w.cols, packed.map(|p| p.ty));
     let reuse = scratch.holds == Some(wanted);
     scratch.holds = Some(wanted);
@@ -243,7 +258,7 @@ fn matmul_packed(
 ) {
     let group_bytes = p.ty.group_bytes(w.cols);
     let n_groups = w.rows.div_ceil(PACK_ROWS);
-    let nb = w.cols / 32;
+    let nb = w.cols / p.ty.block_elems();
     let (rows, act_row) = (w.rows, w.act_row_bytes);
     let out_ptr = SyncPtr::new(out);
     pool.run(n_groups, |g| {
@@ -295,7 +310,7 @@ mod tests {
         }
         let mut m = QMatrix::new(WeightType::Q8_0, rows, cols, WeightBytes::Owned(bytes))
             .expect("q8_0 matrix");
-        m.pack(kt);
+        m.pack(kt, &ThreadPool::new(2));
         m
     }
 

@@ -1,6 +1,7 @@
 //! Engine throughput and host overhead at several concurrencies, on the real default model.
 //!
-//! `cargo run --release -p kiln-engine --example throughput -- 1,8,32,64`
+//! `cargo run --release -p kiln-engine --example throughput -- 1,8,32,64 [MODEL]`
+//! (a catalogue name; the default model if omitted)
 //!
 //! Each run submits `concurrency` greedy requests (96-token prompts, 64 new tokens, EOS
 //! ignored) at once straight to an `EngineCore` (no HTTP), steps until all finish, and
@@ -26,7 +27,10 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let path = kiln_testkit::gguf("smollm2-135m-instruct");
+    let name = std::env::args()
+        .nth(2)
+        .unwrap_or_else(|| "smollm2-135m-instruct".into());
+    let path = kiln_testkit::gguf(&name);
     println!("| concurrency | generated tok/s | steps | host overhead | profile |");
     println!("|---|---|---|---|---|");
     for &c in &levels {

@@ -99,6 +99,24 @@ impl Isa {
         })
     }
 
+    /// The instruction set named by the `KILN_CPU` environment variable, if it is set:
+    /// the way to run (and benchmark) a slower ISA's kernels on a faster CPU, such as
+    /// the AVX2 path on an AVX-512 machine. Read once.
+    pub fn requested() -> Option<Result<Isa>> {
+        static REQUESTED: OnceLock<Option<Result<Isa>>> = OnceLock::new();
+        REQUESTED
+            .get_or_init(|| {
+                let name = std::env::var(ISA_ENV).ok()?;
+                Some(
+                    Isa::from_name(name.trim()).and_then(|isa| match isa.is_supported() {
+                        true => Ok(isa),
+                        false => Err(Error::IsaUnsupported { isa }),
+                    }),
+                )
+            })
+            .clone()
+    }
+
     /// Every instruction set this CPU supports, slowest first (for tests and tools).
     pub fn available() -> Vec<Isa> {
         Isa::ALL
@@ -107,6 +125,9 @@ impl Isa {
             .collect()
     }
 }
+
+/// The environment variable that overrides [`Isa::detect`] for [`KernelTable::best`].
+pub const ISA_ENV: &str = "KILN_CPU";
 
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,8 +157,8 @@ pub struct KernelTable {
     isa: Isa,
     weights: [TypeKernels; WeightType::ALL.len()],
     acts: [ActKernels; ActType::ALL.len()],
-    /// Packed batched kernels (q4_1, q8_0), where this ISA has a fast one.
-    packed: [Option<PackedGemmFn>; 2],
+    /// Packed batched kernels, in [`PackedType::ALL`] order, where this ISA has one.
+    packed: [Option<PackedGemmFn>; PackedType::ALL.len()],
 }
 
 impl KernelTable {
@@ -157,9 +178,15 @@ impl KernelTable {
         })
     }
 
-    /// The table for the fastest instruction set this CPU supports.
+    /// The table for the fastest instruction set this CPU supports, or for the one
+    /// `KILN_CPU` names ([`Isa::requested`]; a bad value is ignored here, so front ends
+    /// check it first and refuse it with its error).
     pub fn best() -> &'static KernelTable {
-        KernelTable::for_isa(Isa::detect()).unwrap_or(&SCALAR)
+        let isa = match Isa::requested() {
+            Some(Ok(isa)) => isa,
+            _ => Isa::detect(),
+        };
+        KernelTable::for_isa(isa).unwrap_or(&SCALAR)
     }
 
     /// The instruction set these kernels use.
@@ -183,24 +210,22 @@ impl KernelTable {
     }
 
     /// The packed batched kernel for `ty`, if this ISA has one that beats `vec_dot`
-    /// (only AVX-512 VNNI so far; the scalar reference is [`packed::reference`]).
+    /// (AVX2 and AVX-512 VNNI; the scalar reference is [`packed::reference`]).
     pub fn packed_gemm(&self, ty: PackedType) -> Option<PackedGemmFn> {
-        self.packed[packed_index(ty)]
-    }
-}
-
-const fn packed_index(ty: PackedType) -> usize {
-    match ty {
-        PackedType::Q4_1 => 0,
-        PackedType::Q8_0 => 1,
+        self.packed[ty as usize]
     }
 }
 
 /// The scalar reference of the packed kernel for `ty` (tests compare every ISA with it).
 pub(crate) fn packed_reference(ty: PackedType) -> PackedGemmFn {
     match ty {
+        PackedType::Q4_0 => packed::scalar::gemm_q4_0,
         PackedType::Q4_1 => packed::scalar::gemm_q4_1,
+        PackedType::Q5_0 => packed::scalar::gemm_q5_0,
         PackedType::Q8_0 => packed::scalar::gemm_q8_0,
+        PackedType::Q4_K => packed::scalar::gemm_q4_k,
+        PackedType::Q5_K => packed::scalar::gemm_q5_k,
+        PackedType::Q6_K => packed::scalar::gemm_q6_k,
     }
 }
 
@@ -257,7 +282,7 @@ const fn table(
     isa: Isa,
     dots: [VecDotFn; 10],
     quants: [QuantizeFn; 4],
-    packed: [Option<PackedGemmFn>; 2],
+    packed: [Option<PackedGemmFn>; PackedType::ALL.len()],
 ) -> KernelTable {
     let t = WeightType::ALL;
     KernelTable {
@@ -299,7 +324,7 @@ static SCALAR: KernelTable = table(
         q6_k::scalar::vec_dot_q6_k_q8_k,
     ],
     SCALAR_QUANT,
-    [None, None],
+    [None; PackedType::ALL.len()],
 );
 
 const SCALAR_QUANT: [QuantizeFn; 4] = [
@@ -332,6 +357,21 @@ mod x86 {
         };
     }
 
+    /// As [`dot!`], for one ISA's packed kernels, in [`PackedType::ALL`] order.
+    macro_rules! packed {
+        ($isa:ident) => {
+            [
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q4_0(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q4_1(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q5_0(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q8_0(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q4_k(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q5_k(c, g, a, r, s, n, o) }),
+                Some(|c, g, a, r, s, n, o| unsafe { packed::$isa::gemm_q6_k(c, g, a, r, s, n, o) }),
+            ]
+        };
+    }
+
     pub(super) static AVX2: KernelTable = table(
         Isa::Avx2,
         [
@@ -347,7 +387,7 @@ mod x86 {
             dot!(q6_k::avx2::vec_dot_q6_k_q8_k),
         ],
         AVX2_QUANT,
-        [None, None],
+        packed!(avx2),
     );
 
     /// The AVX2 quantizers serve the AVX-512 table too: quantizing is O(n) per token
@@ -374,10 +414,7 @@ mod x86 {
             dot!(q6_k::avx512::vec_dot_q6_k_q8_k),
         ],
         AVX2_QUANT,
-        [
-            Some(|c, g, a, r, s, n, o| unsafe { packed::avx512::gemm_q4_1(c, g, a, r, s, n, o) }),
-            Some(|c, g, a, r, s, n, o| unsafe { packed::avx512::gemm_q8_0(c, g, a, r, s, n, o) }),
-        ],
+        packed!(avx512),
     );
 }
 
@@ -401,7 +438,9 @@ mod tests {
         let avail = Isa::available();
         assert_eq!(avail.first(), Some(&Isa::Scalar));
         assert_eq!(avail.last(), Some(&Isa::detect()));
-        assert_eq!(KernelTable::best().isa(), Isa::detect());
+        if Isa::requested().is_none() {
+            assert_eq!(KernelTable::best().isa(), Isa::detect());
+        }
         for isa in Isa::ALL {
             let t = KernelTable::for_isa(isa);
             assert_eq!(t.is_ok(), avail.contains(&isa), "{isa}");

@@ -4,7 +4,7 @@
 use crate::dispatch::Isa;
 
 /// Errors returned by `kiln-kernels`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The name is not one of `scalar`, `avx2`, `avx512`.

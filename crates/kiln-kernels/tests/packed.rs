@@ -26,9 +26,10 @@ struct Case {
 }
 
 fn case(ty: PackedType) -> impl Strategy<Value = Case> {
-    (1usize..=40, 1usize..=9, 1usize..=TILE_TOKENS + 3).prop_flat_map(
+    let max_blocks = if ty.is_k() { 3 } else { 9 };
+    (1usize..=40, 1usize..=max_blocks, 1usize..=TILE_TOKENS + 3).prop_flat_map(
         move |(rows, nb, n_tokens)| {
-            let cols = nb * 32;
+            let cols = nb * ty.block_elems();
             let w = ty.weight();
             (
                 prop::collection::vec(weight_row(w, cols), rows),
@@ -56,7 +57,7 @@ fn run(
     tile: usize,
 ) -> Vec<f32> {
     let act_row = c.ty.weight().act_type().row_bytes(c.cols).expect("act row");
-    let nb = c.cols / 32;
+    let nb = c.cols / c.ty.block_elems();
     let gb = c.ty.group_bytes(c.cols);
     let mut out = vec![0f32; c.n_tokens * c.rows];
     for (g, group) in packed.chunks_exact(gb).enumerate() {
@@ -102,7 +103,7 @@ fn check(c: Case) -> Result<(), TestCaseError> {
         packed.len(),
         c.rows.div_ceil(PACK_ROWS) * c.ty.group_bytes(c.cols)
     );
-    let nb = c.cols / 32;
+    let nb = c.cols / c.ty.block_elems();
     let mut scales = vec![[0f32; 2]; c.n_tokens * nb];
     for (t, s) in scales.chunks_exact_mut(nb).enumerate() {
         packed::act_scales_row(c.ty, &acts[t * act_row..][..act_row], s);
@@ -154,13 +155,53 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
+    fn q4_0_packed_matches_reference(c in case(PackedType::Q4_0)) {
+        check(c)?;
+    }
+
+    #[test]
     fn q4_1_packed_matches_reference(c in case(PackedType::Q4_1)) {
+        check(c)?;
+    }
+
+    #[test]
+    fn q5_0_packed_matches_reference(c in case(PackedType::Q5_0)) {
         check(c)?;
     }
 
     #[test]
     fn q8_0_packed_matches_reference(c in case(PackedType::Q8_0)) {
         check(c)?;
+    }
+
+    #[test]
+    fn q4_k_packed_matches_reference(c in case(PackedType::Q4_K)) {
+        check(c)?;
+    }
+
+    #[test]
+    fn q5_k_packed_matches_reference(c in case(PackedType::Q5_K)) {
+        check(c)?;
+    }
+
+    #[test]
+    fn q6_k_packed_matches_reference(c in case(PackedType::Q6_K)) {
+        check(c)?;
+    }
+}
+
+#[test]
+fn every_packed_type_has_a_kernel_on_every_simd_table() {
+    for table in tables() {
+        for ty in PackedType::ALL {
+            let simd = table.isa() != kiln_kernels::Isa::Scalar;
+            assert_eq!(
+                table.packed_gemm(ty).is_some(),
+                simd,
+                "{ty:?} {}",
+                table.isa()
+            );
+        }
     }
 }
 
@@ -176,5 +217,15 @@ fn packing_rejects_bad_shapes() {
         packed::pack(PackedType::Q8_0, 3, 48, &w).is_none(),
         "not whole blocks"
     );
-    assert_eq!(PackedType::for_weight(WeightType::Q4_K), None);
+    let k = vec![0u8; WeightType::Q6_K.row_bytes(256).expect("row") * 2];
+    assert!(packed::pack(PackedType::Q6_K, 2, 256, &k).is_some());
+    assert!(
+        packed::pack(PackedType::Q6_K, 2, 128, &k).is_none(),
+        "not whole super-blocks"
+    );
+    assert_eq!(
+        PackedType::for_weight(WeightType::Q4_K),
+        Some(PackedType::Q4_K)
+    );
+    assert_eq!(PackedType::for_weight(WeightType::F16), None);
 }

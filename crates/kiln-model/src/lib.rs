@@ -71,8 +71,9 @@ impl Model {
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self> {
         let config = ModelConfig::from_gguf(&file)?;
         let mut weights = weights::Weights::load(&file, &config)?;
+        let pool = ThreadPool::new(opts.threads);
         let packed_bytes = if opts.repack {
-            weights.pack(opts.kernels, &file)
+            weights.pack(opts.kernels, &pool, &file)
         } else {
             0
         };
@@ -81,7 +82,7 @@ impl Model {
             config,
             weights,
             packed_bytes,
-            pool: ThreadPool::new(opts.threads),
+            pool,
             kernels: opts.kernels,
         })
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiln_backend::{QMatrix, WeightBytes};
+use kiln_backend::{QMatrix, ThreadPool, WeightBytes};
 use kiln_formats::{GgmlType, GgufFile};
 use kiln_kernels::KernelTable;
 use kiln_kernels::WeightType;
@@ -129,7 +129,7 @@ impl Weights {
     /// Repacks every matmul weight (not the embedding table, which is only looked up)
     /// for `kt`'s packed kernels where it has them, and releases the mapped pages of the
     /// packed ones (never read again by the matmul); returns the bytes the copies take.
-    pub fn pack(&mut self, kt: &KernelTable, file: &GgufFile) -> usize {
+    pub fn pack(&mut self, kt: &KernelTable, pool: &ThreadPool, file: &GgufFile) -> usize {
         let mut bytes = 0;
         let release = |m: &QMatrix| {
             if m.packed_bytes() > 0 {
@@ -148,12 +148,12 @@ impl Weights {
                 &mut lw.w_up,
                 &mut lw.w_down,
             ] {
-                m.pack(kt);
+                m.pack(kt, pool);
                 bytes += m.packed_bytes();
                 release(m);
             }
         }
-        self.output.pack(kt);
+        self.output.pack(kt, pool);
         release(&self.output);
         bytes + self.output.packed_bytes()
     }

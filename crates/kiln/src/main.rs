@@ -45,11 +45,17 @@ enum Command {
     Run(cmd::run::Args),
     /// Chat interactively using the model's chat template
     Chat(cmd::chat::Args),
+    /// Measure a model's perplexity over a text file (as llama.cpp's llama-perplexity)
+    Perplexity(cmd::perplexity::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.global.log_format);
+    if let Some(Err(e)) = kiln_kernels::Isa::requested() {
+        eprintln!("error: {}: {e}", kiln_kernels::ISA_ENV);
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(&cli.global, args),
         Command::Models(args) => cmd::models::run(&cli.global, args),
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
         Command::Route(args) => cmd::route::run(&cli.global, *args),
         Command::Run(args) => cmd::run::run(&cli.global, args),
         Command::Chat(args) => cmd::chat::run(&cli.global, args),
+        Command::Perplexity(args) => cmd::perplexity::run(&cli.global, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

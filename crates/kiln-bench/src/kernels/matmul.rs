@@ -1,5 +1,5 @@
 //! `kiln_backend::matmul` on every weight type the catalogue's models use, at SmolLM2's
-//! shapes, through the same public API the model calls.
+//! and Qwen2.5-0.5B's shapes, through the same public API the model calls.
 //!
 //! Each call reads a different matrix from a set larger than the last-level cache (the
 //! set's size is a setting), so batch-1 calls stream their weights from memory as a
@@ -32,37 +32,33 @@ impl MatmulKernel {
     }
 }
 
-/// The catalogue's weight types (SmolLM2: q4_1 with a q8_0 LM head; Gemma 3 and
-/// Qwen2.5 Q4_K_M: q4_K, q6_K, q5_0, q8_0): q4_1 and q8_0 on the packed path, the rest
-/// (and q8_0 again, for comparison) one `vec_dot` per (row, token).
-pub(crate) const KERNELS: [MatmulKernel; 6] = [
-    MatmulKernel {
-        ty: WeightType::Q4_1,
-        packed: true,
-    },
-    MatmulKernel {
-        ty: WeightType::Q8_0,
-        packed: true,
-    },
-    MatmulKernel {
-        ty: WeightType::Q4_K,
-        packed: false,
-    },
+/// Every packed type (the catalogue's: SmolLM2 q4_1 with a q8_0 LM head; Gemma 3 and
+/// Qwen2.5 Q4_K_M mostly q5_0 — their 640- and 896-wide rows are not whole k-quant
+/// super-blocks — with q4_K / q6_K where they are, and q8_0; plus q4_0 and q5_K, common
+/// elsewhere), then q5_0 and q4_K through one `vec_dot` per (row, token) for comparison.
+pub(crate) const KERNELS: [MatmulKernel; 9] = [
+    packed(WeightType::Q4_1),
+    packed(WeightType::Q8_0),
+    packed(WeightType::Q5_0),
+    packed(WeightType::Q4_K),
+    packed(WeightType::Q6_K),
+    packed(WeightType::Q4_0),
+    packed(WeightType::Q5_K),
     MatmulKernel {
         ty: WeightType::Q5_0,
         packed: false,
     },
     MatmulKernel {
-        ty: WeightType::Q6_K,
-        packed: false,
-    },
-    MatmulKernel {
-        ty: WeightType::Q8_0,
+        ty: WeightType::Q4_K,
         packed: false,
     },
 ];
 
-/// A weight matrix shape (`rows` outputs × `cols` inputs) and its role in SmolLM2.
+const fn packed(ty: WeightType) -> MatmulKernel {
+    MatmulKernel { ty, packed: true }
+}
+
+/// A weight matrix shape (`rows` outputs × `cols` inputs) and its role in a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub rows: usize,
@@ -70,8 +66,9 @@ pub(crate) struct Shape {
     pub role: &'static str,
 }
 
-/// SmolLM2-135M's matmul shapes.
-pub(crate) const SHAPES: [Shape; 4] = [
+/// SmolLM2-135M's matmul shapes, then Qwen2.5-0.5B's (its LM head, 151,936 × 896, is
+/// larger than the rotating weight set and is measured in the model's profile instead).
+pub(crate) const SHAPES: [Shape; 7] = [
     Shape {
         rows: 576,
         cols: 576,
@@ -91,6 +88,21 @@ pub(crate) const SHAPES: [Shape; 4] = [
         rows: 49152,
         cols: 576,
         role: "output (LM head)",
+    },
+    Shape {
+        rows: 896,
+        cols: 896,
+        role: "qwen2.5 attn_q / attn_output",
+    },
+    Shape {
+        rows: 4864,
+        cols: 896,
+        role: "qwen2.5 ffn_gate / ffn_up",
+    },
+    Shape {
+        rows: 896,
+        cols: 4864,
+        role: "qwen2.5 ffn_down",
     },
 ];
 
@@ -245,7 +257,7 @@ fn matrix_set(env: &MatmulEnv<'_>, kernel: MatmulKernel, shape: Shape) -> Result
             };
             let mut m = QMatrix::new(kernel.ty, shape.rows, shape.cols, data)
                 .ok_or_else(|| fail("the backend refused the matrix's shape".to_owned()))?;
-            if kernel.packed && !m.pack(env.kt) {
+            if kernel.packed && !m.pack(env.kt, env.pool) {
                 return Err(fail(format!(
                     "the {} kernels could not pack it",
                     env.kt.isa()
@@ -261,13 +273,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn k_quants_skip_576_columns() {
+    fn k_quants_skip_576_and_896_columns() {
         let kt = KernelTable::best();
-        let q4k = KERNELS[2];
+        let q4k = KERNELS[8];
         assert!(skip_reason(q4k, SHAPES[0], kt).is_some_and(|r| r.contains("576")));
+        assert!(skip_reason(q4k, SHAPES[4], kt).is_some_and(|r| r.contains("896")));
         assert_eq!(skip_reason(q4k, SHAPES[2], kt), None);
-        assert_eq!(skip_reason(KERNELS[3], SHAPES[3], kt), None);
+        assert_eq!(skip_reason(q4k, SHAPES[6], kt), None);
+        assert_eq!(skip_reason(KERNELS[7], SHAPES[3], kt), None);
         assert_eq!(KERNELS[0].name(), "q4_1 packed");
-        assert_eq!(KERNELS[5].name(), "q8_0 vec_dot");
+        assert_eq!(KERNELS[3].name(), "q4_K packed");
+        assert_eq!(KERNELS[7].name(), "q5_0 vec_dot");
     }
 }

@@ -1,199 +1,301 @@
 //! AVX-512 VNNI packed kernels: `vpdpbusd` of 16 interleaved weight rows against one
-//! broadcast activation word, for up to [`TILE_TOKENS`] tokens per call (a const-generic
-//! tile, so accumulators stay in registers).
+//! broadcast activation word, for up to [`TILE_TOKENS`] tokens per call. The token count
+//! and the weight type are const generics, so accumulators stay in registers and each
+//! type's unpacking compiles to straight-line code.
 
 use std::arch::x86_64::*;
 
-use super::{check_gemm, PackedType, PACK_ROWS, TILE_TOKENS};
+use super::{check_gemm, PackedType, PACK_ROWS, SUB, TILE_TOKENS};
 
 type Out = [[f32; PACK_ROWS]; TILE_TOKENS];
 
-/// Dispatches a checked call to the tile kernel for exactly `n` tokens.
-macro_rules! by_tokens {
-    ($kernel:ident, $n:expr, $($arg:expr),*) => {
-        match $n {
-            1 => $kernel::<1>($($arg),*),
-            2 => $kernel::<2>($($arg),*),
-            3 => $kernel::<3>($($arg),*),
-            4 => $kernel::<4>($($arg),*),
-            5 => $kernel::<5>($($arg),*),
-            6 => $kernel::<6>($($arg),*),
-            7 => $kernel::<7>($($arg),*),
-            8 => $kernel::<8>($($arg),*),
+/// Generates the checked entry point of one type: `$ty`'s tile kernel for exactly
+/// `n_tokens` tokens.
+macro_rules! entry {
+    ($($name:ident: $ty:ident),* $(,)?) => {$(
+        #[doc = concat!("AVX-512 twin of [`super::scalar::", stringify!($name), "`].")]
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512 F/BW/VL/VNNI and F16C.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+        pub(crate) unsafe fn $name(
+            cols: usize,
+            group: &[u8],
+            acts: &[u8],
+            act_row_bytes: usize,
+            scales: &[[f32; 2]],
+            n_tokens: usize,
+            out: &mut Out,
+        ) {
+            const TY: u8 = PackedType::$ty as u8;
+            check_gemm(PackedType::$ty, cols, group, acts, act_row_bytes, scales, n_tokens);
+            let nb = cols / PackedType::$ty.block_elems();
+            let args = (nb, group.as_ptr(), acts.as_ptr(), act_row_bytes, scales.as_ptr());
+            // SAFETY: the sizes were checked above; a tile reads `nb` packed blocks and,
+            // per token, `nb` activation blocks and scales.
+            unsafe {
+                match n_tokens {
+                    1 => tile::<TY, 1>(args, out),
+                    2 => tile::<TY, 2>(args, out),
+                    3 => tile::<TY, 3>(args, out),
+                    4 => tile::<TY, 4>(args, out),
+                    5 => tile::<TY, 5>(args, out),
+                    6 => tile::<TY, 6>(args, out),
+                    7 => tile::<TY, 7>(args, out),
+                    8 => tile::<TY, 8>(args, out),
+                    _ => {}
+                }
+            }
+        }
+    )*};
+}
+
+entry!(
+    gemm_q4_0: Q4_0,
+    gemm_q4_1: Q4_1,
+    gemm_q5_0: Q5_0,
+    gemm_q8_0: Q8_0,
+    gemm_q4_k: Q4_K,
+    gemm_q5_k: Q5_K,
+    gemm_q6_k: Q6_K,
+);
+
+/// Blocks, packed group, activation rows, activation row bytes, scales.
+type Args = (usize, *const u8, *const u8, usize, *const [f32; 2]);
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+unsafe fn tile<const TY: u8, const T: usize>(args: Args, out: &mut Out) {
+    let acc = if PackedType::from_u8(TY).is_k() {
+        // SAFETY: forwarded from the caller.
+        unsafe { tile_k::<TY, T>(args) }
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { tile_32::<TY, T>(args) }
+    };
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is 16 writable f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn load(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes 64 readable bytes.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// The 16 f16 at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn f16x16(p: *const u8) -> __m512 {
+    // SAFETY: the caller passes 32 readable bytes.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+}
+
+/// The activation word (4 quants) at `p`, in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn word(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes 4 readable bytes.
+    _mm512_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+/// The eight weight vectors of sub-block `s` of packed block `blk`: vector `g` holds
+/// elements `4g..4g+4` of each row as unsigned bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn weights<const TY: u8>(blk: *const u8, s: usize) -> [__m512i; 8] {
+    let ty = PackedType::from_u8(TY);
+    // SAFETY (whole body): within the packed block, whose layout `ty` gives.
+    unsafe {
+        if ty == PackedType::Q8_0 {
+            return [0, 1, 2, 3, 4, 5, 6, 7].map(|g| load(blk.add(64 * g)));
+        }
+        let mask = _mm512_set1_epi8(0x0f);
+        let p = [0, 1, 2, 3].map(|k| load(blk.add(256 * s + 64 * k)));
+        let mut w = [
+            _mm512_and_si512(p[0], mask),
+            _mm512_and_si512(p[1], mask),
+            _mm512_and_si512(p[2], mask),
+            _mm512_and_si512(p[3], mask),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(p[0]), mask),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(p[1]), mask),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(p[2]), mask),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(p[3]), mask),
+        ];
+        let high = blk.add(ty.high_offset() + 64 * ty.high_bits() * s);
+        match ty.high_bits() {
+            1 => {
+                // Bit g of each byte is bit 4 of vector g's byte: add 16 where it is set.
+                let h = load(high);
+                let sixteen = _mm512_set1_epi8(16);
+                for (g, wg) in w.iter_mut().enumerate() {
+                    let set = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1 << g));
+                    *wg = _mm512_mask_add_epi8(*wg, set, *wg, sixteen);
+                }
+            }
+            2 => {
+                // Bits 2t..2t+2 of vector h's bytes are bits 4–5 of vector 4h + t.
+                let m = _mm512_set1_epi8(0x30);
+                for hv in 0..2 {
+                    let h = load(high.add(64 * hv));
+                    let top = [
+                        _mm512_slli_epi16::<4>(h),
+                        _mm512_slli_epi16::<2>(h),
+                        h,
+                        _mm512_srli_epi16::<2>(h),
+                    ];
+                    for (t, bits) in top.into_iter().enumerate() {
+                        let wg = &mut w[4 * hv + t];
+                        *wg = _mm512_or_si512(*wg, _mm512_and_si512(bits, m));
+                    }
+                }
+            }
             _ => {}
         }
-    };
-}
-
-/// AVX-512 twin of [`super::scalar::gemm_q4_1`].
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI and F16C.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-pub(crate) unsafe fn gemm_q4_1(
-    cols: usize,
-    group: &[u8],
-    acts: &[u8],
-    act_row_bytes: usize,
-    scales: &[[f32; 2]],
-    n_tokens: usize,
-    out: &mut Out,
-) {
-    check_gemm(
-        PackedType::Q4_1,
-        cols,
-        group,
-        acts,
-        act_row_bytes,
-        scales,
-        n_tokens,
-    );
-    let nb = cols / 32;
-    // SAFETY: the sizes were checked above; the tile reads `nb` packed blocks and, per
-    // token, `nb` activation blocks and scales.
-    unsafe {
-        by_tokens!(
-            tile_q4_1,
-            n_tokens,
-            nb,
-            group.as_ptr(),
-            acts.as_ptr(),
-            act_row_bytes,
-            scales.as_ptr(),
-            out
-        )
+        w
     }
 }
 
-/// AVX-512 twin of [`super::scalar::gemm_q8_0`].
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI and F16C.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-pub(crate) unsafe fn gemm_q8_0(
-    cols: usize,
-    group: &[u8],
-    acts: &[u8],
-    act_row_bytes: usize,
-    scales: &[[f32; 2]],
-    n_tokens: usize,
-    out: &mut Out,
-) {
-    check_gemm(
-        PackedType::Q8_0,
-        cols,
-        group,
-        acts,
-        act_row_bytes,
-        scales,
-        n_tokens,
-    );
-    let nb = cols / 32;
-    // SAFETY: as in `gemm_q4_1`.
-    unsafe {
-        by_tokens!(
-            tile_q8_0,
-            n_tokens,
-            nb,
-            group.as_ptr(),
-            acts.as_ptr(),
-            act_row_bytes,
-            scales.as_ptr(),
-            out
-        )
-    }
-}
-
-/// Eight activation words (bytes `4g..4g+4` of one block's values) against eight
-/// weight vectors; two accumulator chains, added at the end (integer, so exact).
+/// Σ over vectors `g0..g0+N` of `w[g]` · activation word `g` at `a` (exact int32), in two
+/// chains added at the end.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn block_dot(w: &[__m512i; 8], a: *const u8) -> __m512i {
-    let word = |g: usize| {
-        // SAFETY: the caller passes a block's 32 activation values at `a`.
-        _mm512_set1_epi32(unsafe { a.add(4 * g).cast::<i32>().read_unaligned() })
-    };
+unsafe fn dot<const N: usize>(w: &[__m512i], a: *const u8) -> __m512i {
     let mut lo = _mm512_setzero_si512();
     let mut hi = _mm512_setzero_si512();
-    for g in 0..4 {
-        lo = _mm512_dpbusd_epi32(lo, w[g], word(g));
-        hi = _mm512_dpbusd_epi32(hi, w[g + 4], word(g + 4));
+    for g in 0..N / 2 {
+        // SAFETY: the caller passes 4·N activation quants at `a`.
+        unsafe {
+            lo = _mm512_dpbusd_epi32(lo, w[g], word(a.add(4 * g)));
+            hi = _mm512_dpbusd_epi32(hi, w[g + N / 2], word(a.add(4 * (g + N / 2))));
+        }
     }
     _mm512_add_epi32(lo, hi)
 }
 
+/// 32-element blocks (q4_0, q4_1, q5_0, q8_0): one integer dot per block and token,
+/// then the block's float step.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-unsafe fn tile_q4_1<const T: usize>(
-    nb: usize,
-    group: *const u8,
-    acts: *const u8,
-    act_row: usize,
-    scales: *const [f32; 2],
-    out: &mut Out,
-) {
-    let mask = _mm512_set1_epi8(0x0f);
+unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
+    let ty = PackedType::from_u8(TY);
+    let (nb, group, acts, act_row, scales) = args;
+    let act_block = ty.weight().act_type().block_bytes();
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
         // SAFETY (whole block): within the checked group, activation rows and scales.
         unsafe {
-            let blk = group.add(b * PackedType::Q4_1.block_bytes());
-            let p = [0, 1, 2, 3].map(|i| _mm512_loadu_si512(blk.add(64 * i).cast()));
-            let w = [
-                _mm512_and_si512(p[0], mask),
-                _mm512_and_si512(p[1], mask),
-                _mm512_and_si512(p[2], mask),
-                _mm512_and_si512(p[3], mask),
-                _mm512_and_si512(_mm512_srli_epi16::<4>(p[0]), mask),
-                _mm512_and_si512(_mm512_srli_epi16::<4>(p[1]), mask),
-                _mm512_and_si512(_mm512_srli_epi16::<4>(p[2]), mask),
-                _mm512_and_si512(_mm512_srli_epi16::<4>(p[3]), mask),
-            ];
-            let dx = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(256).cast()));
-            let mx = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(288).cast()));
+            let blk = group.add(b * ty.block_bytes());
+            let w = weights::<TY>(blk, 0);
+            let dx = f16x16(blk.add(ty.d_offset()));
+            let mx = if ty == PackedType::Q4_1 {
+                f16x16(blk.add(ty.m_offset()))
+            } else {
+                _mm512_setzero_ps()
+            };
             for (t, acc_t) in acc.iter_mut().enumerate() {
-                let isum = block_dot(&w, acts.add(t * act_row + b * 36 + 4));
-                let [dy, sy] = *scales.add(t * nb + b);
+                let a = acts.add(t * act_row + b * act_block + ty.act_qs_offset());
+                let isum = _mm512_cvtepi32_ps(dot::<8>(&w, a));
+                let [dy, aux] = *scales.add(t * nb + b);
                 let d = _mm512_mul_ps(dx, _mm512_set1_ps(dy));
-                *acc_t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *acc_t);
-                *acc_t = _mm512_fmadd_ps(mx, _mm512_set1_ps(sy), *acc_t);
+                if ty == PackedType::Q4_1 {
+                    *acc_t = _mm512_fmadd_ps(isum, d, *acc_t);
+                    *acc_t = _mm512_fmadd_ps(mx, _mm512_set1_ps(aux), *acc_t);
+                } else {
+                    // Exact: both are integers below 2^24.
+                    let v = _mm512_sub_ps(isum, _mm512_set1_ps(aux));
+                    *acc_t = _mm512_fmadd_ps(v, d, *acc_t);
+                }
             }
         }
     }
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` is 16 writable f32.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
-    }
+    acc
 }
 
+/// k-quant super-blocks: per token, the sub-block sums times their row scales summed as
+/// exact int32 over the super-block (with the min or zero-point term from q8_K's block
+/// sums through `vpdpwssd`), then one or two float steps.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
-unsafe fn tile_q8_0<const T: usize>(
-    nb: usize,
-    group: *const u8,
-    acts: *const u8,
-    act_row: usize,
-    scales: *const [f32; 2],
-    out: &mut Out,
-) {
+unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
+    let ty = PackedType::from_u8(TY);
+    let (nb, group, acts, act_row, scales) = args;
+    let act_block = ty.weight().act_type().block_bytes();
+    let meta = ty.meta_offset();
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
         // SAFETY (whole block): within the checked group, activation rows and scales.
         unsafe {
-            let blk = group.add(b * PackedType::Q8_0.block_bytes());
-            let w = [0, 1, 2, 3, 4, 5, 6, 7].map(|g| _mm512_loadu_si512(blk.add(64 * g).cast()));
-            let dx = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(512).cast()));
-            for (t, acc_t) in acc.iter_mut().enumerate() {
-                let isum = block_dot(&w, acts.add(t * act_row + b * 34 + 2));
-                let [dy, offset] = *scales.add(t * nb + b);
-                // Exact: both are integers below 2^24.
-                let v = _mm512_sub_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(offset));
-                *acc_t = _mm512_fmadd_ps(v, _mm512_mul_ps(dx, _mm512_set1_ps(dy)), *acc_t);
+            let blk = group.add(b * ty.block_bytes());
+            let act = |t: usize| acts.add(t * act_row + b * act_block);
+            let bsums = |t: usize, s: usize| word(act(t).add(ty.act_bsums_offset() + 4 * s));
+            let mut iacc = [_mm512_setzero_si512(); T];
+            if ty == PackedType::Q6_K {
+                // −32·Σ_k sc_k·bsum_k: each sub-block's scale pair against its two sums.
+                for s in 0..8 {
+                    let pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                        blk.add(meta + 2 * PACK_ROWS * s).cast(),
+                    ));
+                    for (t, ia) in iacc.iter_mut().enumerate() {
+                        *ia = _mm512_dpwssd_epi32(*ia, pair, bsums(t, s));
+                    }
+                }
+                for ia in &mut iacc {
+                    *ia = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(*ia));
+                }
+            } else {
+                // Σ_s m_s·(bsum_2s + bsum_2s+1), with m_s in both halves of each lane.
+                let mut macc = [_mm512_setzero_si512(); T];
+                for s in 0..8 {
+                    let m = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        blk.add(ty.mins_offset() + PACK_ROWS * s).cast(),
+                    ));
+                    let m2 = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
+                    for (t, ma) in macc.iter_mut().enumerate() {
+                        *ma = _mm512_dpwssd_epi32(*ma, m2, bsums(t, s));
+                    }
+                }
+                let dmin = f16x16(blk.add(ty.m_offset()));
+                for (t, (acc_t, ma)) in acc.iter_mut().zip(macc).enumerate() {
+                    let [dy, _] = *scales.add(t * nb + b);
+                    let dm = _mm512_mul_ps(dmin, _mm512_set1_ps(dy));
+                    *acc_t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ma), dm, *acc_t);
+                }
+            }
+            for s in 0..8 {
+                let w = weights::<TY>(blk, s);
+                let qs = |t: usize| act(t).add(ty.act_qs_offset() + SUB * s);
+                if ty == PackedType::Q6_K {
+                    let pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                        blk.add(meta + 2 * PACK_ROWS * s).cast(),
+                    ));
+                    let sc_lo = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pair));
+                    let sc_hi = _mm512_srai_epi32::<16>(pair);
+                    for (t, ia) in iacc.iter_mut().enumerate() {
+                        let lo = dot::<4>(&w[..4], qs(t));
+                        let hi = dot::<4>(&w[4..], qs(t).add(16));
+                        *ia = _mm512_add_epi32(*ia, _mm512_mullo_epi32(lo, sc_lo));
+                        *ia = _mm512_add_epi32(*ia, _mm512_mullo_epi32(hi, sc_hi));
+                    }
+                } else {
+                    let sc =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(meta + PACK_ROWS * s).cast()));
+                    for (t, ia) in iacc.iter_mut().enumerate() {
+                        let sum = dot::<8>(&w, qs(t));
+                        *ia = _mm512_add_epi32(*ia, _mm512_mullo_epi32(sum, sc));
+                    }
+                }
+            }
+            let d = f16x16(blk.add(ty.d_offset()));
+            for (t, (acc_t, ia)) in acc.iter_mut().zip(iacc).enumerate() {
+                let [dy, _] = *scales.add(t * nb + b);
+                let dd = _mm512_mul_ps(d, _mm512_set1_ps(dy));
+                *acc_t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), dd, *acc_t);
             }
         }
     }
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` is 16 writable f32.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
-    }
+    acc
 }
