@@ -99,22 +99,20 @@ impl Isa {
         })
     }
 
-    /// The instruction set named by the `KILN_CPU` environment variable, if it is set:
-    /// the way to run (and benchmark) a slower ISA's kernels on a faster CPU, such as
-    /// the AVX2 path on an AVX-512 machine. Read once.
-    pub fn requested() -> Option<Result<Isa>> {
-        static REQUESTED: OnceLock<Option<Result<Isa>>> = OnceLock::new();
-        REQUESTED
-            .get_or_init(|| {
-                let name = std::env::var(ISA_ENV).ok()?;
-                Some(
-                    Isa::from_name(name.trim()).and_then(|isa| match isa.is_supported() {
-                        true => Ok(isa),
-                        false => Err(Error::IsaUnsupported { isa }),
-                    }),
-                )
-            })
-            .clone()
+    /// Makes [`KernelTable::best`] hand out `isa`'s table from now on instead of the
+    /// detected one: a front end's choice (`KILN_CPU` in the `kiln` binary), to run and
+    /// benchmark a slower instruction set's kernels, such as AVX2 on an AVX-512 machine.
+    /// Call it before loading anything; an error if the CPU lacks `isa` or another one
+    /// was forced already.
+    pub fn force(isa: Isa) -> Result<()> {
+        if !isa.is_supported() {
+            return Err(Error::IsaUnsupported { isa });
+        }
+        match FORCED.set(isa) {
+            Ok(()) => Ok(()),
+            Err(_) if FORCED.get() == Some(&isa) => Ok(()),
+            Err(_) => Err(Error::IsaAlreadyForced { isa }),
+        }
     }
 
     /// Every instruction set this CPU supports, slowest first (for tests and tools).
@@ -126,8 +124,8 @@ impl Isa {
     }
 }
 
-/// The environment variable that overrides [`Isa::detect`] for [`KernelTable::best`].
-pub const ISA_ENV: &str = "KILN_CPU";
+/// The instruction set [`Isa::force`] chose, if any.
+static FORCED: OnceLock<Isa> = OnceLock::new();
 
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -179,13 +177,9 @@ impl KernelTable {
     }
 
     /// The table for the fastest instruction set this CPU supports, or for the one
-    /// `KILN_CPU` names ([`Isa::requested`]; a bad value is ignored here, so front ends
-    /// check it first and refuse it with its error).
+    /// [`Isa::force`] chose.
     pub fn best() -> &'static KernelTable {
-        let isa = match Isa::requested() {
-            Some(Ok(isa)) => isa,
-            _ => Isa::detect(),
-        };
+        let isa = FORCED.get().copied().unwrap_or_else(Isa::detect);
         KernelTable::for_isa(isa).unwrap_or(&SCALAR)
     }
 
@@ -438,9 +432,7 @@ mod tests {
         let avail = Isa::available();
         assert_eq!(avail.first(), Some(&Isa::Scalar));
         assert_eq!(avail.last(), Some(&Isa::detect()));
-        if Isa::requested().is_none() {
-            assert_eq!(KernelTable::best().isa(), Isa::detect());
-        }
+        assert_eq!(KernelTable::best().isa(), Isa::detect());
         for isa in Isa::ALL {
             let t = KernelTable::for_isa(isa);
             assert_eq!(t.is_ok(), avail.contains(&isa), "{isa}");

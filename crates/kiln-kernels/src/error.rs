@@ -4,7 +4,7 @@
 use crate::dispatch::Isa;
 
 /// Errors returned by `kiln-kernels`.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The name is not one of `scalar`, `avx2`, `avx512`.
@@ -13,6 +13,9 @@ pub enum Error {
     /// The instruction set exists but this CPU (or this build's target) lacks it.
     #[error("instruction set {isa} is not supported by this cpu")]
     IsaUnsupported { isa: Isa },
+    /// `Isa::force` was already called with another instruction set.
+    #[error("the kernel table was already forced to another instruction set than {isa}")]
+    IsaAlreadyForced { isa: Isa },
 }
 
 /// `Result` with this crate's [`Error`].

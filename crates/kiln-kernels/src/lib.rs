@@ -21,9 +21,7 @@ pub mod packed;
 pub mod quant;
 mod types;
 
-pub use dispatch::{
-    ActKernels, DequantizeFn, Isa, KernelTable, QuantizeFn, TypeKernels, VecDotFn, ISA_ENV,
-};
+pub use dispatch::{ActKernels, DequantizeFn, Isa, KernelTable, QuantizeFn, TypeKernels, VecDotFn};
 pub use error::{Error, Result};
 pub use half;
 pub use types::{ActType, WeightType, QK_K};
