@@ -139,6 +139,14 @@ impl QMatrix {
         }
     }
 
+    /// Bytes one matmul reads from this matrix, whatever the batch: the packed copy when
+    /// packed, the mapped rows otherwise.
+    pub fn bytes_read(&self) -> usize {
+        self.packed
+            .as_ref()
+            .map_or_else(|| self.data.bytes().len(), |p| p.bytes.len())
+    }
+
     /// Bytes of the packed copy (0 if not packed).
     pub fn packed_bytes(&self) -> usize {
         self.packed.as_ref().map_or(0, |p| p.bytes.len())

@@ -62,6 +62,8 @@ pub struct ServingModel {
     pub chat_template: Option<ChatTemplate>,
     pub model_config: ModelConfig,
     pub engine_config: EngineConfig,
+    /// Weight bytes each forward pass streams through its matmuls.
+    pub matmul_weight_bytes: usize,
     handle: EngineHandle,
     thread: Option<EngineThread>,
 }
@@ -90,6 +92,7 @@ impl ServingModel {
             None => None,
         };
         let model_config = model.config().clone();
+        let matmul_weight_bytes = model.matmul_weight_bytes();
         let block_bytes = model
             .kv_shape(1, opts.block_size)
             .block_bytes(opts.kv_dtype);
@@ -127,6 +130,7 @@ impl ServingModel {
             chat_template,
             model_config,
             engine_config,
+            matmul_weight_bytes,
             handle,
             thread: Some(thread),
         })

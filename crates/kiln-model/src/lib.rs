@@ -5,13 +5,14 @@
 //! through one quant-agnostic matmul. The API is batch-first: a [`BatchInput`] is a flat
 //! list of tokens from many sequences with per-token positions and KV slots, read and
 //! written through paged block tables. The model holds no request state and no sampling
-//! policy.
+//! policy. [`perplexity`] scores a tokenized text as llama.cpp's `llama-perplexity` does.
 
 mod batch;
 mod config;
 mod error;
 mod forward;
 pub mod lora;
+pub mod perplexity;
 mod weights;
 mod workspace;
 
@@ -89,6 +90,12 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Weight bytes one forward pass reads through its matmuls (see `Weights`): batch-1
+    /// decode's memory traffic, against which its bandwidth is quoted.
+    pub fn matmul_weight_bytes(&self) -> usize {
+        self.weights.matmul_bytes()
     }
 
     /// Memory taken by weights repacked for the batched kernels (0 if none were).

@@ -126,6 +126,22 @@ impl Loader<'_> {
 }
 
 impl Weights {
+    /// Weight bytes one forward pass streams through its matmuls (every layer's
+    /// projections and the LM head), whatever the batch size: what bounds batch-1 decode.
+    pub fn matmul_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(|lw| {
+                [
+                    &lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down,
+                ]
+            })
+            .map(QMatrix::bytes_read)
+            .sum();
+        layers + self.output.bytes_read()
+    }
+
     /// Repacks every matmul weight (not the embedding table, which is only looked up)
     /// for `kt`'s packed kernels where it has them, and releases the mapped pages of the
     /// packed ones (never read again by the matmul); returns the bytes the copies take.

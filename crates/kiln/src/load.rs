@@ -1,5 +1,7 @@
 //! Resolving a catalogue name to a loaded, serving model (fetching it on first use).
 
+use std::path::{Path, PathBuf};
+
 use anyhow::Context;
 use kiln_engine::{ServingModel, ServingOptions};
 
@@ -12,6 +14,29 @@ pub fn serving_model(
     name: &str,
     opts: &ServingOptions,
 ) -> anyhow::Result<ServingModel> {
+    let (name, path) = catalogue_gguf(global, name)?;
+    tracing::info!(model = name, path = %path.display(), "loading");
+    ServingModel::load(name, &path, opts).with_context(|| format!("cannot load {}", path.display()))
+}
+
+/// The GGUF file `model` names: a path (one ending in `.gguf` or with a `/`) as is, else
+/// a catalogue text-generation model, fetched if needed.
+pub fn gguf_path(global: &GlobalArgs, model: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(model);
+    let is_gguf = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if is_gguf || model.contains(std::path::MAIN_SEPARATOR) {
+        if !path.is_file() {
+            anyhow::bail!("no model file at {}", path.display());
+        }
+        return Ok(path.to_path_buf());
+    }
+    Ok(catalogue_gguf(global, model)?.1)
+}
+
+/// The canonical name and GGUF file of catalogue model `name`, fetched if needed.
+fn catalogue_gguf(global: &GlobalArgs, name: &str) -> anyhow::Result<(&'static str, PathBuf)> {
     let spec = kiln_catalog::find(name)?;
     if spec.task != kiln_catalog::Task::TextGeneration {
         anyhow::bail!(
@@ -25,8 +50,5 @@ pub fn serving_model(
     cache
         .ensure(spec, &progress)
         .with_context(|| format!("cannot fetch {}", spec.name))?;
-    let path = cache.primary_path(spec);
-    tracing::info!(model = spec.name, path = %path.display(), "loading");
-    ServingModel::load(spec.name, &path, opts)
-        .with_context(|| format!("cannot load {}", path.display()))
+    Ok((spec.name, cache.primary_path(spec)))
 }

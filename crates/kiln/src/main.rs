@@ -11,6 +11,7 @@ mod progress;
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::cmd::GlobalArgs;
@@ -49,11 +50,21 @@ enum Command {
     Perplexity(cmd::perplexity::Args),
 }
 
+/// `KILN_CPU=scalar|avx2|avx512` runs that instruction set's kernels instead of the
+/// fastest this CPU has (to measure the AVX2 path on an AVX-512 machine, say).
+fn force_isa_from_env() -> anyhow::Result<()> {
+    let Ok(name) = std::env::var("KILN_CPU") else {
+        return Ok(());
+    };
+    let isa = kiln_kernels::Isa::from_name(name.trim()).context("KILN_CPU")?;
+    kiln_kernels::Isa::force(isa).context("KILN_CPU")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.global.log_format);
-    if let Some(Err(e)) = kiln_kernels::Isa::requested() {
-        eprintln!("error: {}: {e}", kiln_kernels::ISA_ENV);
+    if let Err(e) = force_isa_from_env() {
+        eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }
     let result = match cli.command {

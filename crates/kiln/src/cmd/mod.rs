@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod models;
+pub mod perplexity;
 pub mod pull;
 pub mod route;
 pub mod run;

@@ -118,14 +118,17 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
         let first = first.unwrap_or(end);
         let prefill = (first - start).as_secs_f64();
         let decode = (end - first).as_secs_f64();
+        let rate = n_out.saturating_sub(1) as f64 / decode.max(1e-9);
+        // Batch-1 decode streams every matmul weight once per token.
+        let weights_gbs = rate * model.matmul_weight_bytes as f64 / 1e9;
         eprintln!(
-            "prompt: {} tokens in {:.3} s ({:.1} tok/s); generation: {} tokens in {:.3} s ({:.1} tok/s)",
+            "prompt: {} tokens in {:.3} s ({:.1} tok/s); generation: {} tokens in {:.3} s \
+             ({rate:.1} tok/s, weights read at {weights_gbs:.1} GB/s)",
             tokens.len(),
             prefill,
             tokens.len() as f64 / prefill.max(1e-9),
             n_out,
             decode,
-            n_out.saturating_sub(1) as f64 / decode.max(1e-9),
         );
     }
     Ok(())
