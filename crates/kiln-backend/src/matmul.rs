@@ -22,6 +22,9 @@ use crate::sync_ptr::SyncPtr;
 /// Output rows per pool task: small enough to balance, large enough to amortise.
 const ROWS_PER_TASK: usize = 16;
 
+/// Pool tasks per thread for a packed matmul (see `matmul_packed`).
+const TASKS_PER_THREAD: usize = 8;
+
 /// Packed groups per pool task when repacking at load.
 const PACK_GROUPS_PER_TASK: usize = 8;
 
@@ -117,6 +120,9 @@ impl QMatrix {
         };
         let (rows, cols, src) = (self.rows, self.cols, self.data.bytes());
         let group_bytes = ty.group_bytes(cols);
+        if group_bytes == 0 {
+            return false;
+        }
         let mut bytes = vec![0u8; rows.div_ceil(PACK_ROWS) * group_bytes];
         let failed = AtomicBool::new(false);
         pool.for_each_chunk_mut(&mut bytes, group_bytes, PACK_GROUPS_PER_TASK, |g, dst| {
@@ -253,8 +259,8 @@ pub fn matmul_same_input(
     });
 }
 
-/// The packed path: one pool task per group of 16 rows, token tiles inside it (the
-/// group's weights stay in L1 across tiles).
+/// The packed path: pool tasks of consecutive groups of 16 rows, token tiles inside
+/// each group (the group's weights stay in L1 across tiles).
 fn matmul_packed(
     pool: &ThreadPool,
     w: &QMatrix,
@@ -269,7 +275,7 @@ fn matmul_packed(
     let nb = w.cols / p.ty.block_elems();
     let (rows, act_row) = (w.rows, w.act_row_bytes);
     let out_ptr = SyncPtr::new(out);
-    pool.run(n_groups, |g| {
+    let group_gemm = |g: usize| {
         let group = &p.bytes[g * group_bytes..(g + 1) * group_bytes];
         let r0 = g * PACK_ROWS;
         let live = PACK_ROWS.min(rows - r0);
@@ -298,6 +304,13 @@ fn matmul_packed(
             }
             t0 += n;
         }
+    };
+    // Consecutive groups per task, so each thread streams long runs of memory (the
+    // prefetchers lose a stream at every jump) while tasks stay small enough to balance.
+    let per_task = (n_groups / (pool.n_threads() * TASKS_PER_THREAD)).max(1);
+    pool.run(n_groups.div_ceil(per_task), |task| {
+        let first = task * per_task;
+        (first..(first + per_task).min(n_groups)).for_each(group_gemm);
     });
 }
 

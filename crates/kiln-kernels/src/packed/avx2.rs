@@ -68,6 +68,21 @@ unsafe fn gemm<const TY: u8>(
     out: &mut Out,
 ) {
     let nb = cols / PackedType::from_u8(TY).block_elems();
+    if n_tokens == 1 {
+        // Batch-1 decode streams the weights from memory: both halves of each block in
+        // one pass, so each cache line is read once and wholly.
+        let args = (
+            nb,
+            group.as_ptr(),
+            acts.as_ptr(),
+            act_row,
+            scales.as_ptr(),
+            0,
+        );
+        // SAFETY: forwarded from the caller.
+        unsafe { tile::<TY, 1, 2>(args, &mut out[..1]) };
+        return;
+    }
     for half in 0..2 {
         let mut t0 = 0;
         while t0 < n_tokens {
@@ -87,10 +102,10 @@ unsafe fn gemm<const TY: u8>(
             // SAFETY: forwarded from the caller.
             unsafe {
                 match n {
-                    1 => tile::<TY, 1>(args, dst),
-                    2 => tile::<TY, 2>(args, dst),
-                    3 => tile::<TY, 3>(args, dst),
-                    _ => tile::<TY, 4>(args, dst),
+                    1 => tile::<TY, 1, 1>(args, dst),
+                    2 => tile::<TY, 2, 1>(args, dst),
+                    3 => tile::<TY, 3, 1>(args, dst),
+                    _ => tile::<TY, 4, 1>(args, dst),
                 }
             }
             t0 += n;
@@ -98,19 +113,26 @@ unsafe fn gemm<const TY: u8>(
     }
 }
 
+/// `T` tokens over `H` halves (1: the half `args.5`; 2: both, in one pass over the
+/// blocks).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const TY: u8, const T: usize>(args: Args, out: &mut [[f32; PACK_ROWS]]) {
+unsafe fn tile<const TY: u8, const T: usize, const H: usize>(
+    args: Args,
+    out: &mut [[f32; PACK_ROWS]],
+) {
     let acc = if PackedType::from_u8(TY).is_k() {
         // SAFETY: forwarded from the caller.
-        unsafe { tile_k::<TY, T>(args) }
+        unsafe { tile_k::<TY, T, H>(args) }
     } else {
         // SAFETY: forwarded from the caller.
-        unsafe { tile_32::<TY, T>(args) }
+        unsafe { tile_32::<TY, T, H>(args) }
     };
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` has 16 f32, this half's 8 start at `HALF * half`.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(HALF * args.5), a) };
+    for (h, acc_h) in acc.iter().enumerate() {
+        for (o, a) in out.iter_mut().zip(acc_h) {
+            // SAFETY: `o` has 16 f32, this half's 8 start at `HALF * half`.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(HALF * (args.5 + h)), *a) };
+        }
     }
 }
 
@@ -268,33 +290,36 @@ unsafe fn dot<const TY: u8>(w: &[__m256i], a: *const u8, mult: __m256i) -> __m25
 /// unsigned dot minus its offset exactly).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m256; T] {
+unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[__m256; T]; H] {
     let ty = PackedType::from_u8(TY);
-    let (nb, group, acts, act_row, scales, half) = args;
+    let (nb, group, acts, act_row, scales, first) = args;
     let act_block = ty.weight().act_type().block_bytes();
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc = [[_mm256_setzero_ps(); T]; H];
     for b in 0..nb {
-        // SAFETY (whole block): within the checked group, activation rows and scales.
-        unsafe {
-            let blk = group.add(b * ty.block_bytes());
-            let w = weights::<TY>(blk, 0, half);
-            let dx = f16x8(blk.add(ty.d_offset()), half);
-            for (t, acc_t) in acc.iter_mut().enumerate() {
-                let a = acts.add(t * act_row + b * act_block + ty.act_qs_offset());
-                let isum = _mm256_cvtepi32_ps(dot::<TY>(&w, a, ones));
-                let [dy, aux] = *scales.add(t * nb + b);
-                let d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
-                match ty {
-                    PackedType::Q4_1 => {
-                        let mx = f16x8(blk.add(ty.m_offset()), half);
-                        *acc_t = _mm256_fmadd_ps(isum, d, *acc_t);
-                        *acc_t = _mm256_fmadd_ps(mx, _mm256_set1_ps(aux), *acc_t);
-                    }
-                    PackedType::Q8_0 => *acc_t = _mm256_fmadd_ps(isum, d, *acc_t),
-                    _ => {
-                        let v = _mm256_sub_ps(isum, _mm256_set1_ps(aux));
-                        *acc_t = _mm256_fmadd_ps(v, d, *acc_t);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let half = first + h;
+            // SAFETY (whole block): within the checked group, activation rows and scales.
+            unsafe {
+                let blk = group.add(b * ty.block_bytes());
+                let w = weights::<TY>(blk, 0, half);
+                let dx = f16x8(blk.add(ty.d_offset()), half);
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let a = acts.add(t * act_row + b * act_block + ty.act_qs_offset());
+                    let isum = _mm256_cvtepi32_ps(dot::<TY>(&w, a, ones));
+                    let [dy, aux] = *scales.add(t * nb + b);
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
+                    match ty {
+                        PackedType::Q4_1 => {
+                            let mx = f16x8(blk.add(ty.m_offset()), half);
+                            *acc_t = _mm256_fmadd_ps(isum, d, *acc_t);
+                            *acc_t = _mm256_fmadd_ps(mx, _mm256_set1_ps(aux), *acc_t);
+                        }
+                        PackedType::Q8_0 => *acc_t = _mm256_fmadd_ps(isum, d, *acc_t),
+                        _ => {
+                            let v = _mm256_sub_ps(isum, _mm256_set1_ps(aux));
+                            *acc_t = _mm256_fmadd_ps(v, d, *acc_t);
+                        }
                     }
                 }
             }
@@ -307,75 +332,78 @@ unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m256; T] {
 /// its `vpmulld`, and by the mins or scale pairs its `vpdpwssd`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m256; T] {
+unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[__m256; T]; H] {
     let ty = PackedType::from_u8(TY);
-    let (nb, group, acts, act_row, scales, half) = args;
+    let (nb, group, acts, act_row, scales, first) = args;
     let act_block = ty.weight().act_type().block_bytes();
     let meta = ty.meta_offset();
-    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc = [[_mm256_setzero_ps(); T]; H];
     for b in 0..nb {
-        // SAFETY (whole block): within the checked group, activation rows and scales.
-        unsafe {
-            let blk = group.add(b * ty.block_bytes());
-            let act = |t: usize| acts.add(t * act_row + b * act_block);
-            let bsums = |t: usize, s: usize| word(act(t).add(ty.act_bsums_offset() + 4 * s));
-            // Q6_K: this half's scale pairs of sub-block s, as int16.
-            let pairs = |s: usize| {
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                    blk.add(meta + 2 * PACK_ROWS * s + 2 * HALF * half).cast(),
-                ))
-            };
-            let mut iacc = [_mm256_setzero_si256(); T];
-            if ty == PackedType::Q6_K {
-                for s in 0..8 {
-                    let pair = pairs(s);
-                    for (t, ia) in iacc.iter_mut().enumerate() {
-                        *ia = _mm256_add_epi32(*ia, _mm256_madd_epi16(pair, bsums(t, s)));
-                    }
-                }
-                for ia in &mut iacc {
-                    *ia = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(*ia));
-                }
-            } else {
-                let mut macc = [_mm256_setzero_si256(); T];
-                for s in 0..8 {
-                    let m2 = both_halves(u8x8(blk.add(ty.mins_offset() + PACK_ROWS * s), half));
-                    for (t, ma) in macc.iter_mut().enumerate() {
-                        *ma = _mm256_add_epi32(*ma, _mm256_madd_epi16(m2, bsums(t, s)));
-                    }
-                }
-                let dmin = f16x8(blk.add(ty.m_offset()), half);
-                for (t, (acc_t, ma)) in acc.iter_mut().zip(macc).enumerate() {
-                    let [dy, _] = *scales.add(t * nb + b);
-                    let dm = _mm256_mul_ps(dmin, _mm256_set1_ps(dy));
-                    *acc_t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ma), dm, *acc_t);
-                }
-            }
-            for s in 0..8 {
-                let w = weights::<TY>(blk, s, half);
-                let qs = |t: usize| act(t).add(ty.act_qs_offset() + SUB * s);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let half = first + h;
+            // SAFETY (whole block): within the checked group, activation rows and scales.
+            unsafe {
+                let blk = group.add(b * ty.block_bytes());
+                let act = |t: usize| acts.add(t * act_row + b * act_block);
+                let bsums = |t: usize, s: usize| word(act(t).add(ty.act_bsums_offset() + 4 * s));
+                // Q6_K: this half's scale pairs of sub-block s, as int16.
+                let pairs = |s: usize| {
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        blk.add(meta + 2 * PACK_ROWS * s + 2 * HALF * half).cast(),
+                    ))
+                };
+                let mut iacc = [_mm256_setzero_si256(); T];
                 if ty == PackedType::Q6_K {
-                    let pair = pairs(s);
-                    let sc_lo =
-                        _mm256_shufflehi_epi16::<0xa0>(_mm256_shufflelo_epi16::<0xa0>(pair));
-                    let sc_hi =
-                        _mm256_shufflehi_epi16::<0xf5>(_mm256_shufflelo_epi16::<0xf5>(pair));
-                    for (t, ia) in iacc.iter_mut().enumerate() {
-                        *ia = _mm256_add_epi32(*ia, dot::<TY>(&w[..4], qs(t), sc_lo));
-                        *ia = _mm256_add_epi32(*ia, dot::<TY>(&w[4..], qs(t).add(16), sc_hi));
+                    for s in 0..8 {
+                        let pair = pairs(s);
+                        for (t, ia) in iacc.iter_mut().enumerate() {
+                            *ia = _mm256_add_epi32(*ia, _mm256_madd_epi16(pair, bsums(t, s)));
+                        }
+                    }
+                    for ia in &mut iacc {
+                        *ia = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(*ia));
                     }
                 } else {
-                    let sc = both_halves(u8x8(blk.add(meta + PACK_ROWS * s), half));
-                    for (t, ia) in iacc.iter_mut().enumerate() {
-                        *ia = _mm256_add_epi32(*ia, dot::<TY>(&w, qs(t), sc));
+                    let mut macc = [_mm256_setzero_si256(); T];
+                    for s in 0..8 {
+                        let m2 = both_halves(u8x8(blk.add(ty.mins_offset() + PACK_ROWS * s), half));
+                        for (t, ma) in macc.iter_mut().enumerate() {
+                            *ma = _mm256_add_epi32(*ma, _mm256_madd_epi16(m2, bsums(t, s)));
+                        }
+                    }
+                    let dmin = f16x8(blk.add(ty.m_offset()), half);
+                    for (t, (acc_t, ma)) in acc.iter_mut().zip(macc).enumerate() {
+                        let [dy, _] = *scales.add(t * nb + b);
+                        let dm = _mm256_mul_ps(dmin, _mm256_set1_ps(dy));
+                        *acc_t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ma), dm, *acc_t);
                     }
                 }
-            }
-            let d = f16x8(blk.add(ty.d_offset()), half);
-            for (t, (acc_t, ia)) in acc.iter_mut().zip(iacc).enumerate() {
-                let [dy, _] = *scales.add(t * nb + b);
-                let dd = _mm256_mul_ps(d, _mm256_set1_ps(dy));
-                *acc_t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), dd, *acc_t);
+                for s in 0..8 {
+                    let w = weights::<TY>(blk, s, half);
+                    let qs = |t: usize| act(t).add(ty.act_qs_offset() + SUB * s);
+                    if ty == PackedType::Q6_K {
+                        let pair = pairs(s);
+                        let sc_lo =
+                            _mm256_shufflehi_epi16::<0xa0>(_mm256_shufflelo_epi16::<0xa0>(pair));
+                        let sc_hi =
+                            _mm256_shufflehi_epi16::<0xf5>(_mm256_shufflelo_epi16::<0xf5>(pair));
+                        for (t, ia) in iacc.iter_mut().enumerate() {
+                            *ia = _mm256_add_epi32(*ia, dot::<TY>(&w[..4], qs(t), sc_lo));
+                            *ia = _mm256_add_epi32(*ia, dot::<TY>(&w[4..], qs(t).add(16), sc_hi));
+                        }
+                    } else {
+                        let sc = both_halves(u8x8(blk.add(meta + PACK_ROWS * s), half));
+                        for (t, ia) in iacc.iter_mut().enumerate() {
+                            *ia = _mm256_add_epi32(*ia, dot::<TY>(&w, qs(t), sc));
+                        }
+                    }
+                }
+                let d = f16x8(blk.add(ty.d_offset()), half);
+                for (t, (acc_t, ia)) in acc.iter_mut().zip(iacc).enumerate() {
+                    let [dy, _] = *scales.add(t * nb + b);
+                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(dy));
+                    *acc_t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), dd, *acc_t);
+                }
             }
         }
     }

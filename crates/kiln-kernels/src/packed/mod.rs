@@ -220,6 +220,10 @@ pub type PackedGemmFn = fn(
 /// [`PACK_ROWS`]; `None` if `cols` isn't a whole number of blocks or `src` is the wrong
 /// size.
 pub fn pack(ty: PackedType, rows: usize, cols: usize, src: &[u8]) -> Option<Vec<u8>> {
+    let row_bytes = ty.weight().row_bytes(cols).filter(|&b| b > 0)?;
+    if src.len() != row_bytes.checked_mul(rows)? {
+        return None;
+    }
     let mut out = vec![0u8; rows.div_ceil(PACK_ROWS) * ty.group_bytes(cols)];
     for (g, dst) in out.chunks_exact_mut(ty.group_bytes(cols)).enumerate() {
         pack_group(ty, rows, cols, src, g, dst)?;
@@ -237,7 +241,7 @@ pub fn pack_group(
     g: usize,
     dst: &mut [u8],
 ) -> Option<()> {
-    let row_bytes = ty.weight().row_bytes(cols)?;
+    let row_bytes = ty.weight().row_bytes(cols).filter(|&b| b > 0)?;
     let first = g.checked_mul(PACK_ROWS).filter(|&r| r < rows)?;
     if src.len() != row_bytes.checked_mul(rows)? || dst.len() != ty.group_bytes(cols) {
         return None;
