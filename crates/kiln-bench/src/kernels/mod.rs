@@ -248,11 +248,15 @@ mod tests {
             assert!(ran(&quick) <= 1);
             assert_eq!(ran(&full) + skipped(&full_skipped), SHAPES.len());
         }
-        // k-quants need 256-element blocks: only ffn_down's 1536 columns qualify.
-        let q4k = full
+        // k-quants need 256-element blocks: only the ffn_down shapes (1536 and 4864
+        // columns) qualify, on both the packed and the vec_dot path.
+        for kernel in KERNELS
             .iter()
-            .filter(|p| p.0.ty == kiln_kernels::WeightType::Q4_K);
-        assert!(q4k.map(|p| p.1.cols).eq([1536]));
+            .filter(|k| k.ty == kiln_kernels::WeightType::Q4_K)
+        {
+            let cols = full.iter().filter(|p| p.0 == *kernel).map(|p| p.1.cols);
+            assert!(cols.eq([1536, 4864]), "{}", kernel.name());
+        }
     }
 
     #[test]
