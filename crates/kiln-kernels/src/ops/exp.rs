@@ -151,7 +151,10 @@ mod x86_avx2 {
                 )));
                 let lo = exp4(_mm256_cvtps_pd(_mm256_castps256_ps128(v)));
                 let hi = exp4(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)));
-                let input: [f32; 8] = *chunk.first_chunk::<8>().unwrap_or(&[0.0; 8]);
+                let mut input = [0f32; 8];
+                if large != 0 {
+                    input.copy_from_slice(chunk);
+                }
                 _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_set_m128(hi, lo));
                 if large != 0 {
                     for (i, (o, &x)) in chunk.iter_mut().zip(&input).enumerate() {

@@ -304,6 +304,11 @@ unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [
                 let blk = group.add(b * ty.block_bytes());
                 let w = weights::<TY>(blk, 0, half);
                 let dx = f16x8(blk.add(ty.d_offset()), half);
+                let mx = if ty == PackedType::Q4_1 {
+                    f16x8(blk.add(ty.m_offset()), half)
+                } else {
+                    _mm256_setzero_ps()
+                };
                 for (t, acc_t) in acc.iter_mut().enumerate() {
                     let a = acts.add(t * act_row + b * act_block + ty.act_qs_offset());
                     let isum = _mm256_cvtepi32_ps(dot::<TY>(&w, a, ones));
@@ -311,7 +316,6 @@ unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [
                     let d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
                     match ty {
                         PackedType::Q4_1 => {
-                            let mx = f16x8(blk.add(ty.m_offset()), half);
                             *acc_t = _mm256_fmadd_ps(isum, d, *acc_t);
                             *acc_t = _mm256_fmadd_ps(mx, _mm256_set1_ps(aux), *acc_t);
                         }
