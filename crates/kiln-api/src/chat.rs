@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{double_option, StopSequences, StreamOptions, Usage};
+use crate::structured::{GuidedFields, ResponseFormat, StructuredOutputs, Tool, ToolCallDelta};
 
 /// A chat completion request: OpenAI's fields plus vLLM's extra sampling fields.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,11 +49,23 @@ pub struct ChatCompletionRequest {
     pub top_p: Option<f32>,
     #[serde(default)]
     pub user: Option<String>,
-    /// Passed to the chat template as `tools`; calls are not parsed out of the output.
+    /// Functions the model may call; rendered through the chat template.
     #[serde(default)]
-    pub tools: Option<Vec<serde_json::Value>>,
+    pub tools: Option<Vec<Tool>>,
+    /// `none`, `auto`, `required`, or `{"type": "function", "function": {"name"}}`.
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Default true; false allows at most one call.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
+    /// vLLM's structured outputs (`json`, `regex`, `choice`, `grammar`, `json_object`).
+    #[serde(default)]
+    pub structured_outputs: Option<StructuredOutputs>,
+    /// vLLM's older `guided_*` fields.
+    #[serde(flatten)]
+    pub guided: GuidedFields,
     // vLLM's extra sampling fields.
     /// Keep the `top_k` most likely tokens; 0 or -1 turns it off.
     #[serde(default)]
@@ -75,13 +88,6 @@ pub struct ChatCompletionRequest {
     /// Kiln's extension: answer 429 at once instead of queueing when the model is busy.
     #[serde(default)]
     pub reject_if_busy: Option<bool>,
-}
-
-/// `response_format`: only `text` is served.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
 }
 
 /// Who wrote a message.
@@ -196,7 +202,7 @@ pub struct ChatChoice {
     pub message: AssistantMessage,
     /// `null` unless logprobs were asked for.
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop` or `length`.
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: Option<String>,
 }
 
@@ -209,6 +215,9 @@ pub struct AssistantMessage {
     /// Always `null`: the model doesn't refuse through a separate channel.
     #[serde(default)]
     pub refusal: Option<String>,
+    /// The calls the model made (then `finish_reason` is `tool_calls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// Chat-format logprobs: one entry per generated token.
@@ -272,4 +281,6 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

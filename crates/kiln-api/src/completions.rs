@@ -8,6 +8,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::common::{double_option, StopSequences, StreamOptions, Usage};
+use crate::structured::{GuidedFields, ResponseFormat, StructuredOutputs};
 
 /// A completion request: OpenAI's legacy fields plus vLLM's extra sampling fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +76,15 @@ pub struct CompletionRequest {
     /// Kiln's extension: answer 429 at once instead of queueing when the model is busy.
     #[serde(default)]
     pub reject_if_busy: Option<bool>,
+    /// `json_object` or `json_schema` constrain the text (as on chat completions).
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// vLLM's structured outputs (`json`, `regex`, `choice`, `grammar`, `json_object`).
+    #[serde(default)]
+    pub structured_outputs: Option<StructuredOutputs>,
+    /// vLLM's older `guided_*` fields.
+    #[serde(flatten)]
+    pub guided: GuidedFields,
 }
 
 /// `prompt`: a string, a batch of strings, token ids, or a batch of token-id lists.

@@ -1,6 +1,6 @@
 //! Kiln's HTTP wire types: the OpenAI-compatible requests and responses of
 //! `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models`, their
-//! stream chunks, vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
+//! stream chunks, structured output and tools (`structured`), vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
 //! `/ai/run/{model}`, and OpenAI's error body.
 //!
 //! Only serde: the server, the router and the benchmark client share these types, and
@@ -14,6 +14,7 @@ pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod models;
+pub mod structured;
 pub mod tokenize;
 pub mod workers_ai;
 

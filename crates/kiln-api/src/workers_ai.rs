@@ -43,6 +43,14 @@ pub struct AiRunRequest {
     /// Answer 429 at once instead of queueing when the model is busy.
     #[serde(default)]
     pub reject_if_busy: Option<bool>,
+    /// Functions the model may call: Workers AI's `{name, description, parameters}` or
+    /// OpenAI's `{type: "function", function: {...}}`.
+    #[serde(default)]
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// JSON mode: `{"type": "json_object"}`, or `{"type": "json_schema", "json_schema":
+    /// S}` where `S` is the schema itself (Workers AI) or OpenAI's `{name, schema}`.
+    #[serde(default)]
+    pub response_format: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,9 +62,13 @@ pub struct AiRunResponse {
 }
 
 impl AiRunResponse {
-    pub fn success(response: String, usage: Usage) -> Self {
+    pub fn success(response: String, tool_calls: Option<Vec<AiToolCall>>, usage: Usage) -> Self {
         Self {
-            result: AiRunResult { response, usage },
+            result: AiRunResult {
+                response,
+                tool_calls,
+                usage,
+            },
             success: true,
             errors: Vec::new(),
             messages: Vec::new(),
@@ -67,7 +79,17 @@ impl AiRunResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AiRunResult {
     pub response: String,
+    /// The calls the model made, when the request declared `tools`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<AiToolCall>>,
     pub usage: Usage,
+}
+
+/// A tool call in Workers AI's shape: the arguments as an object, not a string.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AiToolCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 /// One streamed event: `data: {"response": "..."}`; the last one before `[DONE]` has
@@ -75,6 +97,9 @@ pub struct AiRunResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AiRunChunk {
     pub response: String,
+    /// On the last event, the calls the model made (when the request declared `tools`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<AiToolCall>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }

@@ -11,7 +11,9 @@ use kiln_model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::EngineConfig;
+use crate::constraint::mask_allows;
 use crate::kv::KvManager;
+use crate::masks::{self, SeqConstraint};
 use crate::plan::{StepPlan, SAMPLE_ROW};
 use crate::request::{
     EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
@@ -41,6 +43,8 @@ struct SeqMeta {
     arrived: Instant,
     scheduled: Option<Instant>,
     first_token: Option<Instant>,
+    /// The sequence's grammar, if its request has one.
+    constraint: Option<SeqConstraint>,
 }
 
 pub struct EngineCore {
@@ -168,6 +172,19 @@ impl EngineCore {
                 "request id {req_id} is already live"
             )));
         }
+        // Every completion gets its own constraint; start them all before queueing any.
+        let vocab = self.model.config().vocab_size;
+        let mut constraints = Vec::with_capacity(req.n.max(1));
+        if let Some(factory) = &req.constraint {
+            for _ in 0..req.n.max(1) {
+                let c = factory
+                    .start()
+                    .map_err(|e| Error::Validation(format!("cannot start the constraint: {e}")))?;
+                constraints.push(SeqConstraint::new(c, vocab));
+            }
+            self.stats.constrained(req.n.max(1));
+        }
+        let mut constraints = constraints.into_iter();
         let stop = std::sync::Arc::new(req.stop);
         let base_seed = req.sampling.seed.unwrap_or_else(rand::random);
         let mut ids = Vec::with_capacity(req.n);
@@ -187,6 +204,7 @@ impl EngineCore {
                     arrived,
                     scheduled: None,
                     first_token: None,
+                    constraint: constraints.next(),
                 },
             );
             self.scheduler.add(Sequence {
@@ -266,9 +284,31 @@ impl EngineCore {
         let block_size = self.scheduler.kv.block_size();
         self.plan
             .build(&self.sched_out, self.scheduler.running(), block_size);
+        let masks_due = mark_masks_due(
+            &mut self.meta,
+            &self.plan,
+            &self.sched_out,
+            self.scheduler.running(),
+        );
         let t_sched = Instant::now();
         let (batch, ws, logits_owner, logits_target) = self.plan.input();
-        let result = self.model.forward(&batch, &mut self.kv_cache, ws);
+        let (model, kv_cache, meta) = (&self.model, &mut self.kv_cache, &mut self.meta);
+        let result = if masks_due {
+            // Masks of the sequences sampled this step, beside the forward pass.
+            std::thread::scope(|s| {
+                let masks = s.spawn(|| {
+                    masks::fill_due(meta.values_mut().filter_map(|m| m.constraint.as_mut()))
+                });
+                let result = model.forward(&batch, kv_cache, ws);
+                let t_forward = Instant::now();
+                // A panicked mask thread leaves its masks to be computed when sampling.
+                let mask_time = masks.join().unwrap_or_default();
+                self.stats.masks(mask_time, t_forward.elapsed());
+                result
+            })
+        } else {
+            model.forward(&batch, kv_cache, ws)
+        };
         let t_model = Instant::now();
         let vocab = self.model.config().vocab_size;
         let mut n_sampled = 0;
@@ -412,6 +452,30 @@ fn cache_key(req: &GenerateRequest) -> Vec<u8> {
     key
 }
 
+/// Marks the constraints of the sequences this step samples, so their masks are computed
+/// beside the forward pass; returns whether there are any.
+fn mark_masks_due(
+    metas: &mut HashMap<SeqId, SeqMeta>,
+    plan: &StepPlan,
+    out: &SchedulerOutput,
+    running: &[Sequence],
+) -> bool {
+    let mut any = false;
+    for (&k, _) in plan
+        .logits_owner
+        .iter()
+        .zip(&plan.logits_target)
+        .filter(|(_, &t)| t == SAMPLE_ROW)
+    {
+        let id = running[out.scheduled[k].running_index].id;
+        if let Some(c) = metas.get_mut(&id).and_then(|m| m.constraint.as_mut()) {
+            c.mark_due();
+            any = true;
+        }
+    }
+    any
+}
+
 fn tracing_error(e: &kiln_model::Error) {
     tracing::error!(error = %e, "step failed; ending the sequences in it");
 }
@@ -465,14 +529,42 @@ fn sample_one(
     };
     let n_out = seq.num_output_tokens();
     banned.clear();
-    if n_out < m.stop.min_tokens {
+    let mask = match m.constraint.as_mut().map(SeqConstraint::mask) {
+        None => None,
+        Some(Ok(mask)) => Some(mask),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "constraint failed; ending the sequence");
+            finished.push((seq.id, FinishReason::Abort));
+            return;
+        }
+    };
+    // A grammar decides when the output may end: `min_tokens` doesn't apply.
+    if n_out < m.stop.min_tokens && mask.is_none() {
         if !m.stop.ignore_eos {
             banned.extend_from_slice(eos_ids);
         }
         banned.extend_from_slice(&m.stop.stop_token_ids);
     }
-    let s = sampler.sample(logits, &m.sampling, &mut m.sampler_state, banned);
+    let s = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask);
     let token = s.token;
+    if mask.is_some_and(|mask| !mask_allows(mask, token)) {
+        // The grammar allows nothing more (every token masked): the output is complete.
+        finished.push((seq.id, FinishReason::Stop));
+        return;
+    }
+    let grammar_done = match m
+        .constraint
+        .as_mut()
+        .map(|c| c.accept(token).map(|()| c.is_finished()))
+    {
+        None | Some(Ok(false)) => false,
+        Some(Ok(true)) => true,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "constraint rejected a sampled token; ending the sequence");
+            finished.push((seq.id, FinishReason::Abort));
+            return;
+        }
+    };
     m.sampler_state.record(token);
     seq.tokens.push(token);
     if m.first_token.is_none() {
@@ -493,6 +585,7 @@ fn sample_one(
         Some(FinishReason::Abort)
     } else if (!m.stop.ignore_eos && eos_ids.contains(&token))
         || m.stop.stop_token_ids.contains(&token)
+        || grammar_done
     {
         Some(FinishReason::Stop)
     } else if n_out >= m.stop.max_tokens || seq.tokens.len() >= max_model_len {

@@ -8,10 +8,12 @@
 //! nothing of HTTP or JSON.
 
 pub mod config;
+pub mod constraint;
 pub mod core;
 mod error;
 pub mod handle;
 pub mod kv;
+mod masks;
 pub mod output;
 pub mod plan;
 pub mod request;
@@ -23,6 +25,7 @@ pub mod stats;
 pub mod stop;
 
 pub use config::EngineConfig;
+pub use constraint::{Constraint, ConstraintError, ConstraintFactory};
 pub use error::{Error, Result};
 pub use handle::{spawn, EngineHandle, EngineThread, RequestEvents};
 pub use request::{

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use kiln_model::LoraAdapter;
 
+use crate::constraint::ConstraintFactory;
 use crate::sample::SamplingParams;
 
 /// When a sequence stops, besides `max_tokens`.
@@ -38,6 +39,8 @@ pub struct GenerateRequest {
     pub cache_key: Vec<u8>,
     /// The LoRA adapter to run with (loaded for this engine's model).
     pub adapter: Option<Arc<LoraAdapter>>,
+    /// Restricts which tokens each sequence may produce (a grammar), if set.
+    pub constraint: Option<Arc<dyn ConstraintFactory>>,
 }
 
 impl GenerateRequest {
@@ -54,6 +57,7 @@ impl GenerateRequest {
             priority: 0,
             cache_key: Vec::new(),
             adapter: None,
+            constraint: None,
         }
     }
 }

@@ -31,6 +31,9 @@ struct Inner {
     attention_ns: AtomicU64,
     sample_ns: AtomicU64,
     detokenize_ns: AtomicU64,
+    constrained_seqs: AtomicU64,
+    mask_ns: AtomicU64,
+    mask_wait_ns: AtomicU64,
 }
 
 /// A cheap, cloneable view of the engine's counters.
@@ -70,6 +73,13 @@ pub struct StatsSnapshot {
     pub sample_time: Duration,
     /// Detokenization and stop-string matching, on the consumers' threads.
     pub detokenize_time: Duration,
+    /// Sequences started with a constraint (a grammar).
+    pub constrained_seqs: u64,
+    /// Time computing constraint masks, on a thread beside the forward pass.
+    pub mask_time: Duration,
+    /// Part of `model_time`: the step waiting for masks after its forward pass ended
+    /// (what masks cost the step's critical path).
+    pub mask_wait_time: Duration,
 }
 
 /// One phase's share of the time accounted for, for the per-step profile.
@@ -167,6 +177,17 @@ impl EngineStats {
         i.sample_ns.fetch_add(sample.as_nanos() as u64, Relaxed);
     }
 
+    pub(crate) fn constrained(&self, n_seqs: usize) {
+        self.0.constrained_seqs.fetch_add(n_seqs as u64, Relaxed);
+    }
+
+    /// Adds one step's mask computation time and how long the step waited for it.
+    pub(crate) fn masks(&self, compute: Duration, wait: Duration) {
+        let i = &self.0;
+        i.mask_ns.fetch_add(compute.as_nanos() as u64, Relaxed);
+        i.mask_wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
+    }
+
     /// Adds time a consumer spent turning tokens into text.
     pub(crate) fn detokenized(&self, time: Duration) {
         self.0
@@ -216,6 +237,9 @@ impl EngineStats {
             attention_time: Duration::from_nanos(l(&i.attention_ns)),
             sample_time: Duration::from_nanos(l(&i.sample_ns)),
             detokenize_time: Duration::from_nanos(l(&i.detokenize_ns)),
+            constrained_seqs: l(&i.constrained_seqs),
+            mask_time: Duration::from_nanos(l(&i.mask_ns)),
+            mask_wait_time: Duration::from_nanos(l(&i.mask_wait_ns)),
         }
     }
 }

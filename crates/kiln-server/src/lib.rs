@@ -41,6 +41,8 @@ pub mod slot;
 pub mod source;
 pub mod state;
 pub mod stream;
+mod structured;
+mod tool_calls;
 pub mod validate;
 
 pub use app::app;

@@ -390,6 +390,25 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "Step time spent sampling and updating state.",
         &engine(|s| s.update_time.as_secs_f64()),
     );
+    counter(
+        &mut out,
+        "kiln:constrained_sequences_total",
+        "Sequences generated under a constraint (JSON schema, grammar, tool calls).",
+        &engine(|s| s.constrained_seqs as f64),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_mask_seconds_total",
+        "Time computing constraint token masks, on a thread beside the forward pass.",
+        &engine(|s| s.mask_time.as_secs_f64()),
+    );
+    counter(
+        &mut out,
+        "kiln:engine_mask_wait_seconds_total",
+        "Step time spent waiting for constraint masks after the forward pass (their cost \
+         to the step's critical path; part of the model time).",
+        &engine(|s| s.mask_wait_time.as_secs_f64()),
+    );
     // The per-step profile: where step time goes, by phase.
     let phase = "kiln:engine_phase_seconds_total";
     header(

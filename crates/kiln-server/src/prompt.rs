@@ -4,6 +4,7 @@
 //! async workers so a long prompt doesn't stall other connections.
 
 use kiln_api::chat::{ChatMessage, ContentPart, MessageContent};
+use kiln_constrain::{ToolDef, ToolFormat};
 use kiln_engine::ServingModel;
 use kiln_tokenizer as tok;
 
@@ -91,6 +92,38 @@ pub fn to_template_messages(
             })
         })
         .collect()
+}
+
+/// Puts declared `tools` (and earlier turns' calls and results) where the model will see
+/// them: through the chat template when it has a tools section (the tools come back as
+/// the template's `tools` variable), otherwise as `kiln-constrain`'s generic tool
+/// system prompt and plain-text turns.
+pub fn with_tools(
+    model: &ServingModel,
+    messages: Vec<tok::ChatMessage>,
+    tools: Option<&[ToolDef]>,
+    format: ToolFormat,
+) -> Result<(Vec<tok::ChatMessage>, Option<serde_json::Value>), ApiError> {
+    let native = model
+        .tokenizer
+        .chat_template()
+        .is_some_and(kiln_constrain::template_renders_tools);
+    if native {
+        let json = tools.map(|defs| {
+            serde_json::Value::Array(defs.iter().map(kiln_constrain::openai_tool_json).collect())
+        });
+        return Ok((messages, json));
+    }
+    let has_tool_turns = messages
+        .iter()
+        .any(|m| m.role == "tool" || m.tool_calls.is_some());
+    if tools.is_none() && !has_tool_turns {
+        return Ok((messages, None));
+    }
+    Ok((
+        kiln_constrain::generic_tool_messages(messages, tools.unwrap_or_default(), format),
+        None,
+    ))
 }
 
 /// Renders `messages` with the model's chat template and tokenizes the result.

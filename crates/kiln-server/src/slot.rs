@@ -244,6 +244,9 @@ pub struct ModelSlot {
     fingerprint: RwLock<String>,
     pub admission: Admission,
     pub metrics: ModelMetrics,
+    /// The text model's token trie and grammar compiler, built at its first
+    /// constrained request (`structured.rs`).
+    pub(crate) constraint_env: Mutex<Option<Arc<kiln_constrain::ConstraintEnv>>>,
 }
 
 impl ModelSlot {
@@ -303,6 +306,7 @@ impl ModelSlot {
             fingerprint: RwLock::new(String::new()),
             admission: Admission::new(max_queued),
             metrics: ModelMetrics::default(),
+            constraint_env: Mutex::new(None),
         }
     }
 

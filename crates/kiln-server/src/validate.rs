@@ -213,6 +213,7 @@ impl Sampling {
             priority: 0,
             cache_key: Vec::new(),
             adapter: None,
+            constraint: None,
         })
     }
 }

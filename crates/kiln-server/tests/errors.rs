@@ -81,8 +81,38 @@ async fn out_of_range_values_name_the_field() {
         (r#""logit_bias": {"abc": 1}"#, "logit_bias"),
         (r#""presence_penalty": 3"#, "presence_penalty"),
         (
-            r#""response_format": {"type": "json_object"}"#,
-            "response_format",
+            r#""response_format": {"type": "xml"}"#,
+            "response_format.type",
+        ),
+        (
+            r#""response_format": {"type": "json_schema"}"#,
+            "response_format.json_schema",
+        ),
+        (
+            r#""response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}"#,
+            "response_format.json_schema.schema",
+        ),
+        (r#""guided_regex": "(unclosed""#, "guided_regex"),
+        (
+            r#""guided_choice": ["a"], "guided_regex": "b""#,
+            "guided_choice",
+        ),
+        (r#""tool_choice": "auto""#, "tool_choice"),
+        (
+            r#""tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "bogus""#,
+            "tool_choice",
+        ),
+        (
+            r#""tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}"#,
+            "tool_choice.function.name",
+        ),
+        (
+            r#""tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]"#,
+            "tools",
+        ),
+        (
+            r#""tools": [{"type": "retrieval", "function": {"name": "f"}}]"#,
+            "tools[0].type",
         ),
     ] {
         let r = post(&s, CHAT, &format!("{{{msg}, {extra}}}")).await;

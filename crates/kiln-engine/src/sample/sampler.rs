@@ -43,6 +43,19 @@ impl Sampler {
         state: &mut SeqSamplingState,
         banned: &[u32],
     ) -> Sampled {
+        self.sample_masked(logits, params, state, banned, None)
+    }
+
+    /// [`sample`](Self::sample) among the tokens a constraint's `mask` allows (bit `t`
+    /// of the words: token `t`). Logprobs still describe the raw model distribution.
+    pub fn sample_masked(
+        &mut self,
+        logits: &mut [f32],
+        params: &SamplingParams,
+        state: &mut SeqSamplingState,
+        banned: &[u32],
+        mask: Option<&[u32]>,
+    ) -> Sampled {
         let (lse, top_logprobs) = match params.logprobs {
             Some(n) => self.raw_logprobs(logits, n),
             None => (f32::NAN, Vec::new()),
@@ -59,6 +72,9 @@ impl Sampler {
             if let Some(l) = logits.get_mut(t as usize) {
                 *l = f32::NEG_INFINITY;
             }
+        }
+        if let Some(mask) = mask {
+            apply_mask(logits, mask);
         }
         let token = if params.is_greedy() {
             argmax(logits)
@@ -223,6 +239,21 @@ fn apply_penalties(logits: &mut [f32], p: &SamplingParams, s: &SeqSamplingState)
             penalize(l);
         }
         *l -= p.presence_penalty + p.frequency_penalty * n as f32;
+    }
+}
+
+/// Sets the logits of tokens `mask` forbids to −∞ (tokens past the mask are forbidden).
+fn apply_mask(logits: &mut [f32], mask: &[u32]) {
+    for (w, chunk) in logits.chunks_mut(32).enumerate() {
+        let word = mask.get(w).copied().unwrap_or(0);
+        if word == u32::MAX {
+            continue;
+        }
+        for (b, l) in chunk.iter_mut().enumerate() {
+            if word & (1 << b) == 0 {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 }
 

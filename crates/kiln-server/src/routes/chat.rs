@@ -22,7 +22,10 @@ use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
+use crate::structured;
+use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
+use kiln_constrain::GrammarSpec;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -34,15 +37,30 @@ pub async fn chat_completions(
         .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
         .await?;
     let slot = lease.slot().clone();
-    if let Some(f) = req.response_format.as_ref().filter(|f| f.kind != "text") {
-        return Err(ApiError::invalid(
-            "response_format",
-            format!(
-                "response_format type `{}` is not supported; only `text` is",
-                f.kind
-            ),
-        ));
-    }
+    let format = structured::tool_format(&model);
+    let tools = structured::tool_request(
+        req.tools.as_deref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        format,
+    )?;
+    let output = structured::output_grammar(
+        req.response_format.as_ref(),
+        req.structured_outputs.as_ref(),
+        &req.guided,
+    )?;
+    let tool_spec = tools.as_ref().and_then(|t| t.spec.clone());
+    let grammar = match (output, tool_spec) {
+        (Some(o), Some(_)) => {
+            return Err(ApiError::invalid(
+                o.param,
+                "an output format can't be combined with tool calls; send `tool_choice: \"none\"` or drop the output format",
+            ))
+        }
+        (Some(o), None) => Some((o.spec, o.param)),
+        (None, Some(t)) => Some((GrammarSpec::ToolCalls(t), "tools")),
+        (None, None) => None,
+    };
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (true, k) => Some(k.unwrap_or(0)),
         (false, Some(k)) if k > 0 => {
@@ -81,16 +99,28 @@ pub async fn chat_completions(
         prompt::vocab_size(&model),
     )?;
     let messages = prompt::to_template_messages(&req.messages, "messages")?;
+    let (messages, tools_json) = prompt::with_tools(
+        &model,
+        messages,
+        tools
+            .as_ref()
+            .filter(|t| t.spec.is_some())
+            .map(|t| t.defs.as_slice()),
+        format,
+    )?;
+    let constraint = match grammar {
+        Some((spec, param)) => Some(structured::compile(&slot, &model, spec, param).await?),
+        None => None,
+    };
     let permit = admit(&slot, sampling.n, req.reject_if_busy.unwrap_or(false))?;
 
-    let tools = req.tools.clone().map(serde_json::Value::Array);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let m = model.clone();
     let ids = blocking(move || {
         prompt::chat(
             &m,
             &messages,
-            tools.as_ref(),
+            tools_json.as_ref(),
             add_generation_prompt,
             "messages",
         )
@@ -98,6 +128,8 @@ pub async fn chat_completions(
     .await?;
     let mut engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
     engine_req.adapter = adapter;
+    engine_req.constraint = constraint;
+    let parse_tools = tools.is_some_and(|t| t.spec.is_some()).then_some(format);
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let gen = Generation::start(&model, lease, vec![engine_req], skip_special, permit)?;
 
@@ -116,6 +148,8 @@ pub async fn chat_completions(
             include_usage,
             logprobs: want_logprobs,
             tokenizer: model.tokenizer.clone(),
+            tools: parse_tools
+                .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
         };
         return Ok(sse(gen, fmt, tracing::Span::current()));
     }
@@ -123,16 +157,23 @@ pub async fn chat_completions(
     let choices = outs
         .into_iter()
         .enumerate()
-        .map(|(i, c)| ChatChoice {
-            index: i as u32,
-            logprobs: want_logprobs
-                .then(|| crate::logprobs::chat(&model.tokenizer, &c.token_ids, &c.logprobs)),
-            message: AssistantMessage {
-                role: "assistant".into(),
-                content: Some(c.text),
-                refusal: None,
-            },
-            finish_reason: finish_reason(c.finish),
+        .map(|(i, c)| {
+            let (content, tool_calls) = match parse_tools {
+                Some(f) => tool_calls::complete(f, &c.text),
+                None => (Some(c.text), None),
+            };
+            ChatChoice {
+                index: i as u32,
+                logprobs: want_logprobs
+                    .then(|| crate::logprobs::chat(&model.tokenizer, &c.token_ids, &c.logprobs)),
+                finish_reason: chat_finish_reason(c.finish, tool_calls.is_some()),
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content,
+                    refusal: None,
+                    tool_calls,
+                },
+            }
         })
         .collect();
     Ok(Json(ChatCompletion {
@@ -161,6 +202,8 @@ struct ChatFormat {
     include_usage: bool,
     logprobs: bool,
     tokenizer: Arc<Tokenizer>,
+    /// Per choice, when the output is parsed for tool calls.
+    tools: Option<Vec<ToolStream>>,
 }
 
 impl ChatFormat {
@@ -177,12 +220,53 @@ impl ChatFormat {
     }
 }
 
+impl ChatFormat {
+    /// One chunk per piece; logprobs ride on the first (or an empty delta of their own).
+    fn pieces(
+        &self,
+        index: usize,
+        pieces: Vec<Piece>,
+        mut lp: Option<kiln_api::chat::ChatLogprobs>,
+        out: &mut Vec<String>,
+    ) {
+        if pieces.is_empty() && lp.is_some() {
+            let delta = Delta {
+                content: Some(String::new()),
+                ..Delta::default()
+            };
+            out.push(self.chunk(vec![choice(index, delta, lp.take(), None)], None));
+        }
+        for p in pieces {
+            let delta = match p {
+                Piece::Content(text) => Delta {
+                    content: Some(text),
+                    ..Delta::default()
+                },
+                Piece::Call(call) => Delta {
+                    tool_calls: Some(vec![call]),
+                    ..Delta::default()
+                },
+            };
+            out.push(self.chunk(vec![choice(index, delta, lp.take(), None)], None));
+        }
+    }
+}
+
+/// `tool_calls` when a choice that called tools ended on its own; otherwise as usual.
+fn chat_finish_reason(r: Option<kiln_engine::FinishReason>, called: bool) -> Option<String> {
+    match r {
+        Some(kiln_engine::FinishReason::Stop) if called => Some("tool_calls".into()),
+        r => finish_reason(r),
+    }
+}
+
 impl ChunkFormat for ChatFormat {
     fn start(&mut self, out: &mut Vec<String>) {
         for i in 0..self.n_choices {
             let delta = Delta {
                 role: Some("assistant".into()),
                 content: Some(String::new()),
+                tool_calls: None,
             };
             out.push(self.chunk(vec![choice(i, delta, None, None)], None));
         }
@@ -199,21 +283,24 @@ impl ChunkFormat for ChatFormat {
             } => {
                 let lp = (self.logprobs && !token_ids.is_empty())
                     .then(|| crate::logprobs::chat(&self.tokenizer, &token_ids, &logprobs));
-                if text.is_empty() && lp.is_none() {
-                    return;
-                }
-                let delta = Delta {
-                    role: None,
-                    content: Some(text),
+                let pieces = match self.tools.as_mut().and_then(|t| t.get_mut(ev.choice)) {
+                    Some(ts) => ts.push(&text),
+                    None if text.is_empty() => Vec::new(),
+                    None => vec![Piece::Content(text)],
                 };
-                out.push(self.chunk(vec![choice(ev.choice, delta, lp, None)], None));
+                self.pieces(ev.choice, pieces, lp, out);
             }
             TextEvent::Finished { reason, .. } => {
+                let (rest, calls) = match self.tools.as_mut().and_then(|t| t.get_mut(ev.choice)) {
+                    Some(ts) => (ts.finish(), ts.num_calls() > 0),
+                    None => (Vec::new(), false),
+                };
+                self.pieces(ev.choice, rest, None, out);
                 let c = choice(
                     ev.choice,
                     Delta::default(),
                     None,
-                    finish_reason(Some(reason)),
+                    chat_finish_reason(Some(reason), calls),
                 );
                 out.push(self.chunk(vec![c], None));
             }

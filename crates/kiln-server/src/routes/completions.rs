@@ -22,6 +22,7 @@ use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
+use crate::structured;
 use crate::validate::{Sampling, SamplingFields};
 
 /// Most prompts in one batch.
@@ -72,10 +73,19 @@ pub async fn completions(
         },
         prompt::vocab_size(&model),
     )?;
+    let grammar = structured::output_grammar(
+        req.response_format.as_ref(),
+        req.structured_outputs.as_ref(),
+        &req.guided,
+    )?;
     let inputs = split_prompt(req.prompt)?;
     for ids in inputs.iter().filter_map(|p| p.as_tokens()) {
         prompt::check_token_ids(ids, prompt::vocab_size(&model), "prompt")?;
     }
+    let constraint = match grammar {
+        Some(g) => Some(structured::compile(&slot, &model, g.spec, g.param).await?),
+        None => None,
+    };
     let permit = admit(
         &slot,
         inputs.len() * sampling.n,
@@ -106,6 +116,7 @@ pub async fn completions(
         }
         let mut engine_req = sampling.request(ids, "prompt", max_model_len)?;
         engine_req.adapter = adapter.clone();
+        engine_req.constraint = constraint.clone();
         engine_reqs.push(engine_req);
         echoes.push(echo_text);
     }

@@ -25,7 +25,12 @@ use crate::prompt::{self, blocking, PromptInput};
 use crate::slot::ModelSlot;
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
+use crate::structured;
+use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
+use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
+use kiln_api::workers_ai::AiToolCall;
+use kiln_constrain::GrammarSpec;
 
 /// Workers AI's default `max_tokens` (capped by what the context leaves).
 pub const DEFAULT_MAX_TOKENS: u32 = 256;
@@ -90,14 +95,50 @@ async fn generate(
         },
         prompt::vocab_size(&model),
     )?;
+    let format = structured::tool_format(&model);
+    let tools = match &req.tools {
+        Some(t) => structured::tool_request(Some(&ai_tools(t)?), None, None, format)?,
+        None => None,
+    };
+    let output = match &req.response_format {
+        Some(rf) => {
+            structured::output_grammar(Some(&ai_response_format(rf)?), None, &Default::default())?
+        }
+        None => None,
+    };
+    let grammar = match (output, tools.as_ref().and_then(|t| t.spec.clone())) {
+        (Some(o), Some(_)) => {
+            return Err(ApiError::invalid(
+                o.param,
+                "response_format can't be combined with tools",
+            ))
+        }
+        (Some(o), None) => Some((o.spec, o.param)),
+        (None, Some(t)) => Some((GrammarSpec::ToolCalls(t), "tools")),
+        (None, None) => None,
+    };
     let messages = match messages {
-        Ok(m) => Ok(prompt::to_template_messages(&m, "messages")?),
+        Ok(m) => {
+            let msgs = prompt::to_template_messages(&m, "messages")?;
+            let defs = tools.as_ref().map(|t| t.defs.as_slice());
+            Ok(prompt::with_tools(&model, msgs, defs, format)?)
+        }
+        Err(_) if tools.is_some() => {
+            return Err(ApiError::invalid(
+                "tools",
+                "tools need chat `messages` (or a prompt without `raw`)",
+            ))
+        }
         Err(text) => Err(text),
+    };
+    let constraint = match grammar {
+        Some((spec, param)) => Some(structured::compile(&slot, &model, spec, param).await?),
+        None => None,
     };
     let permit = admit(&slot, 1, req.reject_if_busy.unwrap_or(false))?;
     let m = model.clone();
     let ids = blocking(move || match messages {
-        Ok(msgs) => prompt::chat(&m, &msgs, None, true, "messages"),
+        Ok((msgs, tools_json)) => prompt::chat(&m, &msgs, tools_json.as_ref(), true, "messages"),
         Err(text) => prompt::encode(&m, &text, true, "prompt"),
     })
     .await?;
@@ -109,34 +150,146 @@ async fn generate(
     }
     let mut engine_req = sampling.request(ids, param, max_model_len)?;
     engine_req.adapter = adapter;
+    engine_req.constraint = constraint;
+    let parse_tools = tools.is_some().then_some(format);
     let gen = Generation::start(&model, lease, vec![engine_req], true, permit)?;
     if req.stream.unwrap_or(false) {
-        return Ok(sse(gen, AiFormat, tracing::Span::current()));
+        let fmt = AiFormat {
+            tools: parse_tools.map(ToolStream::new),
+            calls: Vec::new(),
+        };
+        return Ok(sse(gen, fmt, tracing::Span::current()));
     }
     let (outs, usage) = collect(gen).await?;
-    let response = outs.into_iter().next().map(|c| c.text).unwrap_or_default();
-    Ok(Json(AiRunResponse::success(response, usage)).into_response())
+    let text = outs.into_iter().next().map(|c| c.text).unwrap_or_default();
+    let (response, calls) = match parse_tools {
+        Some(f) => {
+            let (content, calls) = tool_calls::complete(f, &text);
+            let calls = calls.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ai_call(c.function.name, &c.function.arguments))
+                    .collect()
+            });
+            (content.unwrap_or_default(), calls)
+        }
+        None => (text, None),
+    };
+    Ok(Json(AiRunResponse::success(response, calls, usage)).into_response())
 }
 
-struct AiFormat;
+/// Workers AI's tools (`{name, description, parameters}`) or OpenAI's, as OpenAI's.
+fn ai_tools(tools: &[serde_json::Value]) -> Result<Vec<Tool>, ApiError> {
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let parsed = if t.get("function").is_some() {
+                serde_json::from_value::<Tool>(t.clone())
+            } else {
+                serde_json::from_value::<FunctionDef>(t.clone()).map(|function| Tool {
+                    kind: "function".into(),
+                    function,
+                })
+            };
+            parsed.map_err(|e| ApiError::invalid(format!("tools[{i}]"), format!("not a tool: {e}")))
+        })
+        .collect()
+}
+
+/// Workers AI's `response_format`, whose `json_schema` is the schema itself, or OpenAI's.
+fn ai_response_format(rf: &serde_json::Value) -> Result<ResponseFormat, ApiError> {
+    let kind = rf.get("type").and_then(|t| t.as_str()).ok_or_else(|| {
+        ApiError::invalid("response_format.type", "response_format needs a `type`")
+    })?;
+    let json_schema = rf.get("json_schema").map(|js| {
+        if js.get("schema").is_some() && js.get("name").is_some() {
+            serde_json::from_value(js.clone()).ok()
+        } else {
+            Some(JsonSchemaFormat {
+                name: "response".into(),
+                description: None,
+                schema: Some(js.clone()),
+                strict: Some(true),
+            })
+        }
+    });
+    Ok(ResponseFormat {
+        kind: kind.to_string(),
+        json_schema: json_schema.flatten(),
+    })
+}
+
+/// A call in Workers AI's shape: the arguments as an object.
+fn ai_call(name: String, arguments: &str) -> AiToolCall {
+    AiToolCall {
+        name,
+        arguments: serde_json::from_str(arguments)
+            .unwrap_or_else(|_| serde_json::Value::String(arguments.to_string())),
+    }
+}
+
+struct AiFormat {
+    tools: Option<ToolStream>,
+    /// Calls so far: name and arguments text.
+    calls: Vec<(String, String)>,
+}
+
+impl AiFormat {
+    fn text(&self, text: String, out: &mut Vec<String>) {
+        if !text.is_empty() {
+            out.push(to_json(&AiRunChunk {
+                response: text,
+                tool_calls: None,
+                usage: None,
+            }));
+        }
+    }
+
+    fn pieces(&mut self, pieces: Vec<Piece>, out: &mut Vec<String>) {
+        for p in pieces {
+            match p {
+                Piece::Content(t) => self.text(t, out),
+                Piece::Call(d) => {
+                    let i = d.index as usize;
+                    if self.calls.len() <= i {
+                        self.calls.resize(i + 1, Default::default());
+                    }
+                    if let Some(name) = d.function.name {
+                        self.calls[i].0 = name;
+                    }
+                    self.calls[i]
+                        .1
+                        .push_str(d.function.arguments.as_deref().unwrap_or(""));
+                }
+            }
+        }
+    }
+}
 
 impl ChunkFormat for AiFormat {
     fn start(&mut self, _out: &mut Vec<String>) {}
 
     fn event(&mut self, ev: ChoiceEvent, out: &mut Vec<String>) {
-        if let TextEvent::Delta { text, .. } = ev.event {
-            if !text.is_empty() {
-                out.push(to_json(&AiRunChunk {
-                    response: text,
-                    usage: None,
-                }));
+        match (ev.event, self.tools.as_mut()) {
+            (TextEvent::Delta { text, .. }, Some(ts)) => {
+                let p = ts.push(&text);
+                self.pieces(p, out);
             }
+            (TextEvent::Delta { text, .. }, None) => self.text(text, out),
+            (TextEvent::Finished { .. }, Some(ts)) => {
+                let p = ts.finish();
+                self.pieces(p, out);
+            }
+            _ => {}
         }
     }
 
     fn end(&mut self, usage: Usage, out: &mut Vec<String>) {
+        let calls = std::mem::take(&mut self.calls);
         out.push(to_json(&AiRunChunk {
             response: String::new(),
+            tool_calls: (!calls.is_empty())
+                .then(|| calls.into_iter().map(|(n, a)| ai_call(n, &a)).collect()),
             usage: Some(usage),
         }));
     }

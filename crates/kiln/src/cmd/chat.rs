@@ -104,6 +104,7 @@ fn chat_loop(model: &kiln_engine::ServingModel, args: &Args) -> anyhow::Result<(
             priority: 0,
             cache_key: Vec::new(),
             adapter: None,
+            constraint: None,
         };
         let mut stream = model.generate(req, true)?;
         let mut answer = String::new();

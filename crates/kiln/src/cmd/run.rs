@@ -88,6 +88,7 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
         priority: 0,
         cache_key: Vec::new(),
         adapter: None,
+        constraint: None,
     };
     let start = Instant::now();
     let mut stream = model.generate(req, true)?;
