@@ -55,6 +55,8 @@ impl TokenizerEnv for KilnTokEnv {
 pub struct ConstraintEnv {
     factory: ParserFactory,
     tokenizer: Arc<Tokenizer>,
+    /// Every end-of-generation id (all EOS to the grammar).
+    eos: Arc<[u32]>,
     /// Tokens the masks cover: the larger of the model's logits and the tokenizer.
     n_vocab: usize,
 }
@@ -92,7 +94,10 @@ impl ConstraintEnv {
         let mut info = TokRxInfo::new(vocab, first_eos);
         info.tok_bos = tokenizer.bos_id();
         // Every end-of-generation id is EOS to the grammar: allowed together, any ends it.
-        let trie = TokTrie::from(&info, &words).with_eos_tokens(&eos);
+        // toktrie asserts on vocabularies it can't represent; a model file shouldn't
+        // take the server down with it.
+        let trie = std::panic::catch_unwind(|| TokTrie::from(&info, &words).with_eos_tokens(&eos))
+            .map_err(|_| Error::Vocabulary("toktrie rejected the vocabulary".into()))?;
         let env: TokEnv = Arc::new(KilnTokEnv {
             trie,
             tokenizer: tokenizer.clone(),
@@ -111,6 +116,7 @@ impl ConstraintEnv {
         Ok(Self {
             factory,
             tokenizer: tokenizer.clone(),
+            eos: eos.into(),
             n_vocab: words.len(),
         })
     }
@@ -157,6 +163,7 @@ impl ConstraintEnv {
         Ok(Arc::new(LlgFactory::new(
             parser,
             self.tokenizer.vocab_size(),
+            self.eos.clone(),
         )?))
     }
 
@@ -201,4 +208,118 @@ fn trie_words(tokenizer: &Tokenizer, n_vocab: usize) -> Vec<Vec<u8>> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_engine::constraint::{mask_allows, mask_words};
+    use kiln_engine::Constraint;
+    use kiln_formats::GgufFile;
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::grammar::{tool_calls_lark, CLOSE_TAG, OPEN_TAG};
+    use crate::{ToolDef, ToolFormat, ToolMode};
+
+    fn env() -> ConstraintEnv {
+        let gguf =
+            GgufFile::open(kiln_testkit::gguf("qwen2.5-coder-0.5b-instruct")).expect("gguf opens");
+        let tok = Arc::new(Tokenizer::from_gguf(&gguf).expect("tokenizer"));
+        ConstraintEnv::new(&tok, tok.vocab_size()).expect("env")
+    }
+
+    fn mask(env: &ConstraintEnv, c: &mut Box<dyn Constraint>) -> Vec<u32> {
+        let mut m = vec![0; mask_words(env.vocab_size())];
+        c.fill_mask(&mut m).expect("mask");
+        m
+    }
+
+    fn one(env: &ConstraintEnv, text: &str) -> u32 {
+        let ids = env.tokenizer.encode(text, false, false).expect("encode");
+        assert_eq!(ids.len(), 1, "{text:?}");
+        ids[0]
+    }
+
+    /// Tool grammars for a model whose call tags are control tokens, played here by
+    /// Qwen's `<|fim_prefix|>` and `<|fim_suffix|>`.
+    #[test]
+    fn control_token_tags_are_generated_as_tokens() {
+        let env = env();
+        let tok = env.tokenizer.clone();
+        assert_eq!(env.lark_text_or_token(OPEN_TAG), "\"<tool_call>\"");
+        let im_end = tok.token_id("<|im_end|>").expect("im_end");
+        assert_eq!(
+            env.lark_text_or_token("<|im_end|>"),
+            format!("<[{im_end}]>")
+        );
+
+        let open = tok.token_id("<|fim_prefix|>").expect("fim_prefix");
+        let close = tok.token_id("<|fim_suffix|>").expect("fim_suffix");
+        let tags = |t: &str| {
+            if t == OPEN_TAG {
+                format!("<[{open}]>")
+            } else {
+                assert_eq!(t, CLOSE_TAG);
+                format!("<[{close}]>")
+            }
+        };
+        let spec = |mode| ToolCallSpec {
+            tools: vec![ToolDef {
+                name: "f".into(),
+                description: None,
+                parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}},
+                                   "required": ["x"], "additionalProperties": false}),
+                strict: true,
+            }],
+            mode,
+            parallel: false,
+            format: ToolFormat::Hermes,
+        };
+        let compile = |mode| {
+            let lark = tool_calls_lark(&spec(mode), &tags).expect("grammar");
+            env.compile_grammar(TopLevelGrammar::from_lark(lark))
+                .expect("compiles")
+                .start()
+                .expect("starts")
+        };
+        let eos = tok.eos_ids();
+
+        let mut c = compile(ToolMode::Required);
+        let m = mask(&env, &mut c);
+        let allowed: Vec<u32> = (0..env.vocab_size() as u32)
+            .filter(|&t| mask_allows(&m, t))
+            .collect();
+        assert_eq!(allowed, vec![open], "only the opening token");
+
+        let mut c = compile(ToolMode::Auto);
+        let m = mask(&env, &mut c);
+        assert!(mask_allows(&m, one(&env, "Hello")));
+        assert!(mask_allows(&m, open));
+        assert!(eos.iter().all(|&e| mask_allows(&m, e)));
+        for t in tok
+            .encode("Hello <tool_call> is text here", false, false)
+            .expect("encode")
+        {
+            assert!(mask_allows(&mask(&env, &mut c), t));
+            c.accept(t).expect("text");
+        }
+        c.accept(open).expect("the call opens");
+        let body = "\n{\"name\": \"f\", \"arguments\": {\"x\": 12}}\n";
+        for t in tok.encode(body, false, false).expect("encode") {
+            assert!(mask_allows(&mask(&env, &mut c), t), "{t}");
+            c.accept(t).expect("body");
+        }
+        let m = mask(&env, &mut c);
+        let allowed: Vec<u32> = (0..env.vocab_size() as u32)
+            .filter(|&t| mask_allows(&m, t))
+            .collect();
+        assert_eq!(allowed, vec![close], "only the closing token");
+        c.accept(close).expect("closes");
+        let m = mask(&env, &mut c);
+        assert!(eos.iter().all(|&e| mask_allows(&m, e)));
+        assert!(
+            !mask_allows(&m, one(&env, "Hello")),
+            "nothing after the call"
+        );
+    }
 }

@@ -9,6 +9,16 @@
 //! sequence then starts its own matcher. [`tools`] knows the models' tool-call formats:
 //! grammars for the calls, the parser that reads them out of the text (streamed or
 //! whole, with the same result), and prompts for templates without a tools section.
+//!
+//! Conventions every grammar shares:
+//! - every end-of-generation id of the tokenizer is EOS to the grammar: where the
+//!   grammar may end all of them are allowed, and any of them ends it;
+//! - control tokens are never text: a grammar names them (`<|im_end|>`, `<[id]>`);
+//! - generated JSON is laid out like Python's `json.dumps` (`", "` and `": "`, no other
+//!   whitespace), so a model can't loop on whitespace;
+//! - ids past the tokenizer's vocabulary (padding in the logits) are never allowed;
+//! - llguidance's per-token work is capped (lexer fuel, Earley items), so a pathological
+//!   grammar fails its sequence instead of stalling the engine.
 
 mod env;
 mod error;

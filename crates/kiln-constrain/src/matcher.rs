@@ -1,5 +1,7 @@
 //! The engine's [`Constraint`] over an llguidance `Matcher`.
 
+use std::sync::Arc;
+
 use kiln_engine::constraint::MaskWords;
 use kiln_engine::{Constraint, ConstraintError, ConstraintFactory};
 use llguidance::{Matcher, TokenParser};
@@ -11,12 +13,14 @@ pub struct LlgFactory {
     parser: TokenParser,
     /// Tokens the tokenizer knows; mask bits from here on are always clear.
     known: usize,
+    /// Every end-of-generation id (the trie's EOS tokens).
+    eos: Arc<[u32]>,
 }
 
 impl LlgFactory {
     /// Checks that the grammar can start (some grammars fail only on their first step).
-    pub(crate) fn new(parser: TokenParser, known: usize) -> Result<Self> {
-        let factory = Self { parser, known };
+    pub(crate) fn new(parser: TokenParser, known: usize, eos: Arc<[u32]>) -> Result<Self> {
+        let factory = Self { parser, known, eos };
         let mut probe = factory.matcher();
         if let Some(e) = probe.get_error() {
             return Err(Error::Grammar(llg_message(&e)));
@@ -48,6 +52,8 @@ impl ConstraintFactory for LlgFactory {
             None => Ok(Box::new(LlgConstraint {
                 matcher,
                 known: self.known,
+                eos: self.eos.clone(),
+                eos_after_stop: 0,
             })),
         }
     }
@@ -57,6 +63,9 @@ impl ConstraintFactory for LlgFactory {
 pub struct LlgConstraint {
     matcher: Matcher,
     known: usize,
+    eos: Arc<[u32]>,
+    /// EOS tokens accepted after the grammar stopped (llguidance takes none then).
+    eos_after_stop: usize,
 }
 
 impl std::fmt::Debug for LlgConstraint {
@@ -82,12 +91,24 @@ impl Constraint for LlgConstraint {
     }
 
     fn accept(&mut self, token: u32) -> std::result::Result<(), ConstraintError> {
+        // A stopped grammar's mask is the EOS set, but its parser takes nothing more:
+        // count the EOS so a rollback can undo it.
+        if self.matcher.is_stopped()
+            && self.matcher.get_error().is_none()
+            && self.eos.contains(&token)
+        {
+            self.eos_after_stop += 1;
+            return Ok(());
+        }
         // Any end-of-generation id is one of the trie's EOS tokens: it ends the grammar.
         self.matcher.consume_token(token).map_err(err)
     }
 
     fn rollback(&mut self, tokens: usize) -> std::result::Result<(), ConstraintError> {
-        self.matcher.rollback(tokens).map_err(err)
+        // Those EOS tokens were the last accepted.
+        let counted = tokens.min(self.eos_after_stop);
+        self.eos_after_stop -= counted;
+        self.matcher.rollback(tokens - counted).map_err(err)
     }
 
     fn is_finished(&self) -> bool {

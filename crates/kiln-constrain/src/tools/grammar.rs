@@ -62,12 +62,15 @@ pub(crate) fn tool_calls_lark(spec: &ToolCallSpec, tag: &dyn Fn(&str) -> String)
         (ToolMode::Auto, ToolFormat::Hermes) => {
             let open = tag(OPEN_TAG);
             if open.starts_with('"') {
-                // Text without the tag, or text through the first tag and then calls.
+                // Text without the tag, text through the first tag and then calls, or
+                // a bare call object (small models often drop the tags): text can't
+                // open like a call object, and the lazy `pre` can't open with `{`
+                // (two lexemes over the same bytes would keep EOS out).
                 let rx = regex_escape(OPEN_TAG);
                 format!(
-                    "start: TEXT | pre body{more}\n\
-                     TEXT: /(?s:.*)/ & ~/(?s:.*){rx}(?s:.*)/\n\
-                     pre[lazy]: /(?s:.*){rx}/\n"
+                    "start: TEXT | pre body{more} | object\n\
+                     TEXT: /(?s:.*)/ & ~/(?s:.*){rx}(?s:.*)/ & ~/\\s*\\{{\\s*\"name\"(?s:.*)/\n\
+                     pre[lazy]: /([^{{](?s:.*))?{rx}/\n"
                 )
             } else {
                 format!("start: TEXT ({call}{more})?\nTEXT: /(?s:.*)/\n")
@@ -239,7 +242,7 @@ mod tests {
     fn auto_uses_a_lazy_prefix_for_text_tags_and_plain_text_for_token_tags() {
         let s = spec(ToolMode::Auto, false, ToolFormat::Hermes);
         let g = tool_calls_lark(&s, &literal_tags).expect("grammar");
-        assert!(g.contains("pre[lazy]: /(?s:.*)<tool_call>/"), "{g}");
+        assert!(g.contains("pre[lazy]: /([^{](?s:.*))?<tool_call>/"), "{g}");
         let g = tool_calls_lark(&s, &|t: &str| {
             if t == OPEN_TAG {
                 "<[7]>".into()

@@ -17,18 +17,22 @@ pub struct ToolDef {
     pub description: Option<String>,
     /// JSON schema of the arguments object.
     pub parameters: serde_json::Value,
-    /// OpenAI's `strict`; the arguments are always grammar-constrained here.
+    /// OpenAI's `strict`. The arguments are always grammar-constrained; with `strict`
+    /// a schema keyword the grammar can't enforce is an error, without it the keyword
+    /// is ignored.
     pub strict: bool,
 }
 
 /// Which calls the output must (or may) make.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolMode {
-    /// Text, or calls; once a call starts, it follows the declared schemas.
+    /// Free text, or text and then calls: once a call starts (`<tool_call>`, or a
+    /// Llama 3 output opening with `{"name"`), the rest is calls per the declared
+    /// schemas.
     Auto,
-    /// At least one call and nothing else.
+    /// A call (several if parallel) and nothing else.
     Required,
-    /// A call of this function and nothing else.
+    /// A call of this function (several if parallel) and nothing else.
     Named(String),
 }
 
@@ -37,7 +41,8 @@ pub enum ToolMode {
 pub enum ToolFormat {
     /// Hermes / Qwen 2.5: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`.
     Hermes,
-    /// Llama 3.x: a bare `{"name": ..., "parameters": {...}}` object.
+    /// Llama 3.x: a bare `{"name": ..., "parameters": {...}}` object; parallel calls
+    /// are separated by `; `.
     Llama3Json,
 }
 

@@ -48,6 +48,8 @@ pub struct ParsedOutput {
 
 #[derive(Debug)]
 enum State {
+    /// Hermes: before the first non-space character (a bare call object, or text).
+    HermesStart,
     /// Hermes: text, until `<tool_call>`.
     Text,
     /// Llama 3: before the first non-space character (a call object, or text).
@@ -75,6 +77,12 @@ pub struct ToolCallParser {
     buf: String,
     /// Calls started so far.
     calls: usize,
+    /// Whitespace between text and a `<tool_call>` (content again if the call is
+    /// malformed).
+    before_tag: String,
+    /// Hermes: the current call is a bare call object that opened the output, without
+    /// tags (small models often drop them; the `auto` grammar allows it).
+    bare: bool,
 }
 
 /// What a state does with the buffer: go on with the next state, or wait for text.
@@ -86,7 +94,7 @@ enum Step {
 impl ToolCallParser {
     pub fn new(format: ToolFormat) -> Self {
         let state = match format {
-            ToolFormat::Hermes => State::Text,
+            ToolFormat::Hermes => State::HermesStart,
             ToolFormat::Llama3Json => State::Llama3Start,
         };
         Self {
@@ -94,6 +102,8 @@ impl ToolCallParser {
             state,
             buf: String::new(),
             calls: 0,
+            before_tag: String::new(),
+            bare: false,
         }
     }
 
@@ -109,7 +119,7 @@ impl ToolCallParser {
         let state = std::mem::replace(&mut self.state, State::PlainText);
         match state {
             // Whitespace after calls is not content; a partial tag is.
-            State::Text | State::Llama3Start => {
+            State::Text | State::HermesStart | State::Llama3Start => {
                 if self.calls == 0 || !buf.trim().is_empty() {
                     text(out, buf);
                 }
@@ -118,8 +128,10 @@ impl ToolCallParser {
             State::PlainText => text(out, buf),
             // Cut off before the arguments began: it was never a call.
             State::Head | State::Malformed => match self.format {
-                ToolFormat::Hermes => text(out, format!("{OPEN_TAG}{buf}")),
-                ToolFormat::Llama3Json => text(out, buf),
+                ToolFormat::Hermes if !self.bare => {
+                    text(out, format!("{}{OPEN_TAG}{buf}", self.before_tag))
+                }
+                _ => text(out, buf),
             },
             State::Args(_) => self.end_call(out),
             State::Tail => {
@@ -134,6 +146,14 @@ impl ToolCallParser {
     fn step(&mut self, out: &mut Vec<ToolEvent>) -> Step {
         match &mut self.state {
             State::Text => self.hermes_text(out),
+            State::HermesStart => {
+                let Some(first) = self.buf.trim_start().chars().next() else {
+                    return Step::NeedMore;
+                };
+                self.bare = first == '{';
+                self.state = if self.bare { State::Head } else { State::Text };
+                Step::Continue
+            }
             State::Llama3Start => {
                 let Some(first) = self.buf.trim_start().chars().next() else {
                     return Step::NeedMore;
@@ -203,7 +223,10 @@ impl ToolCallParser {
                         });
                         self.end_call(out);
                     }
-                    None => text(out, format!("{OPEN_TAG}{body}{CLOSE_TAG}")),
+                    None => text(
+                        out,
+                        format!("{}{OPEN_TAG}{body}{CLOSE_TAG}", self.before_tag),
+                    ),
                 }
                 self.state = State::Text;
                 Step::Continue
@@ -216,7 +239,9 @@ impl ToolCallParser {
     fn hermes_text(&mut self, out: &mut Vec<ToolEvent>) -> Step {
         if let Some(i) = self.buf.find(OPEN_TAG) {
             let before: String = self.buf.drain(..i + OPEN_TAG.len()).collect();
-            text(out, before[..i].trim_end().to_string());
+            let content = before[..i].trim_end();
+            self.before_tag = before[content.len()..i].to_string();
+            text(out, content.to_string());
             self.state = State::Head;
             return Step::Continue;
         }
@@ -239,9 +264,16 @@ impl ToolCallParser {
             }
             Head::NeedMore => match self.format {
                 // A call closed before its head was complete is malformed.
-                ToolFormat::Hermes if self.buf.contains(CLOSE_TAG) => self.state = State::Malformed,
+                ToolFormat::Hermes if !self.bare && self.buf.contains(CLOSE_TAG) => {
+                    self.state = State::Malformed
+                }
                 _ => return Step::NeedMore,
             },
+            // JSON that isn't a call object, opening the output: text.
+            Head::Mismatch if self.bare => {
+                self.bare = false;
+                self.state = State::Text;
+            }
             Head::Mismatch => {
                 self.state = match self.format {
                     ToolFormat::Hermes => State::Malformed,
@@ -256,8 +288,8 @@ impl ToolCallParser {
     /// Anything else there (only possible without the grammar) is skipped up to the tag.
     fn tail(&mut self, out: &mut Vec<ToolEvent>) -> Step {
         let close = match self.format {
-            ToolFormat::Hermes => CLOSE_TAG,
-            ToolFormat::Llama3Json => "",
+            ToolFormat::Hermes if !self.bare => CLOSE_TAG,
+            _ => "",
         };
         match tail_match(&self.buf, close) {
             Some(Some(len)) => {
@@ -265,6 +297,12 @@ impl ToolCallParser {
             }
             Some(None) => return Step::NeedMore,
             None => match self.format {
+                ToolFormat::Hermes if self.bare => {
+                    self.end_call(out);
+                    self.bare = false;
+                    self.state = State::Text;
+                    return Step::Continue;
+                }
                 ToolFormat::Hermes => {
                     let Some(end) = self.buf.find(CLOSE_TAG) else {
                         return Step::NeedMore;
@@ -279,6 +317,7 @@ impl ToolCallParser {
             },
         }
         self.end_call(out);
+        self.bare = false;
         self.state = match self.format {
             ToolFormat::Hermes => State::Text,
             ToolFormat::Llama3Json => State::Llama3Between,
@@ -471,7 +510,7 @@ impl JsonScan {
                     }
                 }
             } else if self.scalar {
-                if !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) {
+                if b.is_ascii() && !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) {
                     return (i, true);
                 }
             } else {
@@ -547,7 +586,7 @@ mod tests {
         assert_eq!(scan(r#"{"a": [1"#), (8, false));
         let mut s = JsonScan::default();
         assert_eq!(s.feed(r#"{"k": "a\"#), (9, false));
-        assert_eq!(s.feed(r#""}"}"#), (3, true));
+        assert_eq!(s.feed(r#""}"}"#), (4, true));
     }
 
     #[test]
