@@ -130,6 +130,11 @@ fn a_named_function_is_forced_whole() {
     assert_eq!(tokenizer().decode(&forced, false), TIME_CALL);
     assert!(walk(&mut c, TIME_CALL));
     assert!(!accepts(&spec, CALL), "another function isn't allowed");
+    // Called once, even when parallel calls are allowed.
+    let parallel = hermes(ToolMode::Named("get_time".into()), true);
+    let mut c = start(&parallel);
+    assert!(walk(&mut c, TIME_CALL));
+    assert_eq!(allowed_count(&mask(&mut c)), tokenizer().eos_ids().len());
 }
 
 #[test]

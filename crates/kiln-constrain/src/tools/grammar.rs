@@ -52,7 +52,10 @@ pub(crate) fn tool_calls_lark(spec: &ToolCallSpec, tag: &dyn Fn(&str) -> String)
         }
         ToolFormat::Llama3Json => ("object", lark_literal(LLAMA3_SEPARATOR)),
     };
-    let more = if spec.parallel {
+    // A named function is called once (as OpenAI and vLLM do): a small model told to
+    // call it would otherwise repeat the call until `max_tokens`.
+    let parallel = spec.parallel && !matches!(spec.mode, ToolMode::Named(_));
+    let more = if parallel {
         format!(" ({sep} {call})*")
     } else {
         String::new()
