@@ -90,9 +90,21 @@ fn a_call_cut_short_keeps_what_was_written() {
         "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Par",
     );
     assert_eq!(p.calls, vec![call("f", r#"{"city": "Par"#)]);
+    // Cut before the arguments began: no call to report, and no markup as content.
     let p = parse_complete(ToolFormat::Hermes, "<tool_call>\n{\"na");
     assert!(p.calls.is_empty());
-    assert_eq!(p.content.as_deref(), Some("<tool_call>\n{\"na"));
+    assert_eq!(p.content, None);
+    let p = parse_complete(ToolFormat::Hermes, "Checking.\n<tool_ca");
+    assert_eq!(p.content.as_deref(), Some("Checking."));
+    let p = parse_complete(
+        ToolFormat::Hermes,
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>",
+    );
+    assert_eq!(p.calls, vec![call("f", "{}")]);
+    assert_eq!(p.content, None);
+    // A lone `<` at the end is text.
+    let p = parse_complete(ToolFormat::Hermes, "a <");
+    assert_eq!(p.content.as_deref(), Some("a <"));
 }
 
 #[test]

@@ -120,13 +120,25 @@ impl ToolCallParser {
         match state {
             // Whitespace after calls is not content; a partial tag is.
             State::Text | State::HermesStart | State::Llama3Start => {
+                // An opening tag cut short by `max_tokens` is a call that never began.
+                let partial = match self.format {
+                    ToolFormat::Hermes => partial_suffix(&buf, OPEN_TAG),
+                    ToolFormat::Llama3Json => 0,
+                };
+                let buf = if partial >= 2 {
+                    buf[..buf.len() - partial].trim_end().to_string()
+                } else {
+                    buf
+                };
                 if self.calls == 0 || !buf.trim().is_empty() {
                     text(out, buf);
                 }
             }
             State::Llama3Between => {}
             State::PlainText => text(out, buf),
-            // Cut off before the arguments began: it was never a call.
+            // A call cut off before its arguments began (by `max_tokens`): there is no
+            // call to report, and its markup isn't content.
+            State::Head if self.format == ToolFormat::Hermes => {}
             State::Head | State::Malformed => match self.format {
                 ToolFormat::Hermes if !self.bare => {
                     text(out, format!("{}{OPEN_TAG}{buf}", self.before_tag))

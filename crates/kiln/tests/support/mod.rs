@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod python;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,16 @@ pub const MODEL: &str = "smollm2-135m-instruct";
 pub fn start(args: &[&str]) -> ServerProcess {
     // Fetch the model up front (a no-op when cached) so the server starts at once.
     kiln_testkit::model_dir(MODEL);
+    spawn(args)
+}
+
+/// Starts `kiln serve --model <model> <args>` like [`start`], fetching `model` first.
+pub fn start_model(model: &str, args: &[&str]) -> ServerProcess {
+    kiln_testkit::model_dir(model);
+    spawn(&[&["--model", model], args].concat())
+}
+
+fn spawn(args: &[&str]) -> ServerProcess {
     ServerProcess::start(
         Path::new(env!("CARGO_BIN_EXE_kiln")),
         args,
@@ -38,8 +50,13 @@ pub fn fresh_client() -> reqwest::Client {
         .unwrap_or_else(|e| panic!("http client: {e}"))
 }
 
-/// `name{model_name="..."}` from `/metrics`.
+/// `name{model_name="<MODEL>"}` from `/metrics`.
 pub async fn metric(base: &str, name: &str) -> f64 {
+    model_metric(base, MODEL, name).await
+}
+
+/// `name{model_name="<model>"}` from `/metrics`.
+pub async fn model_metric(base: &str, model: &str, name: &str) -> f64 {
     let text = client()
         .get(format!("{base}/metrics"))
         .send()
@@ -49,7 +66,7 @@ pub async fn metric(base: &str, name: &str) -> f64 {
         .text()
         .await
         .unwrap_or_else(|e| panic!("metrics body: {e}"));
-    let series = format!("{name}{{model_name=\"{MODEL}\"}} ");
+    let series = format!("{name}{{model_name=\"{model}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or_else(|| panic!("{series} not in /metrics:\n{text}"))
