@@ -269,6 +269,23 @@ pub fn tool_request(
     }))
 }
 
+/// The one grammar of a request: its output format or its tool calls (not both), with
+/// the field it came from.
+pub fn request_grammar(
+    output: Option<OutputGrammar>,
+    tools: Option<&ToolRequest>,
+) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
+    match (output, tools.and_then(|t| t.spec.clone())) {
+        (Some(o), Some(_)) => Err(ApiError::invalid(
+            o.param,
+            "an output format can't be combined with tool calls; send `tool_choice: \"none\"` or drop the output format",
+        )),
+        (Some(o), None) => Ok(Some((o.spec, o.param))),
+        (None, Some(t)) => Ok(Some((GrammarSpec::ToolCalls(t), "tools"))),
+        (None, None) => Ok(None),
+    }
+}
+
 /// The tool-call format of `model` (from its chat template).
 pub fn tool_format(model: &ServingModel) -> ToolFormat {
     ToolFormat::detect(model.tokenizer.chat_template())

@@ -25,7 +25,6 @@ use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
 use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
-use kiln_constrain::GrammarSpec;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -49,18 +48,7 @@ pub async fn chat_completions(
         req.structured_outputs.as_ref(),
         &req.guided,
     )?;
-    let tool_spec = tools.as_ref().and_then(|t| t.spec.clone());
-    let grammar = match (output, tool_spec) {
-        (Some(o), Some(_)) => {
-            return Err(ApiError::invalid(
-                o.param,
-                "an output format can't be combined with tool calls; send `tool_choice: \"none\"` or drop the output format",
-            ))
-        }
-        (Some(o), None) => Some((o.spec, o.param)),
-        (None, Some(t)) => Some((GrammarSpec::ToolCalls(t), "tools")),
-        (None, None) => None,
-    };
+    let grammar = structured::request_grammar(output, tools.as_ref())?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (true, k) => Some(k.unwrap_or(0)),
         (false, Some(k)) if k > 0 => {

@@ -30,7 +30,6 @@ use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
 use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
 use kiln_api::workers_ai::AiToolCall;
-use kiln_constrain::GrammarSpec;
 
 /// Workers AI's default `max_tokens` (capped by what the context leaves).
 pub const DEFAULT_MAX_TOKENS: u32 = 256;
@@ -106,17 +105,7 @@ async fn generate(
         }
         None => None,
     };
-    let grammar = match (output, tools.as_ref().and_then(|t| t.spec.clone())) {
-        (Some(o), Some(_)) => {
-            return Err(ApiError::invalid(
-                o.param,
-                "response_format can't be combined with tools",
-            ))
-        }
-        (Some(o), None) => Some((o.spec, o.param)),
-        (None, Some(t)) => Some((GrammarSpec::ToolCalls(t), "tools")),
-        (None, None) => None,
-    };
+    let grammar = structured::request_grammar(output, tools.as_ref())?;
     let messages = match messages {
         Ok(m) => {
             let msgs = prompt::to_template_messages(&m, "messages")?;
