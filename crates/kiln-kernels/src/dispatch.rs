@@ -4,14 +4,24 @@
 //! `#[target_feature]` kernels through small closures; that is sound because
 //! [`KernelTable::for_isa`] hands out a table only after checking the CPU supports its
 //! instruction set, and the tables are reachable no other way.
+//!
+//! This is the crate's only CPU-feature check: the `ops` primitives with SIMD variants
+//! (`exp_inplace`, the f16 attention kernels) are table entries too ([`OpKernels`],
+//! wired in `op_kernels.rs`), and the public `ops` functions call [`KernelTable::best`]'s.
 
 use std::fmt;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::packed::{self, PackedGemmFn, PackedType};
 use crate::quant::{bf16, fp16, fp32, q4_0, q4_1, q4_k, q5_0, q5_k, q6_k, q8_0, q8_1, q8_k};
 use crate::types::{ActType, WeightType};
+
+mod op_kernels;
+
+pub use op_kernels::OpKernels;
 
 /// `vec_dot(n, w, a)`: dot product of a weight row of `n` elements (`w`, exactly
 /// `WeightType::row_bytes(n)` bytes) with an activation row (`a`, exactly
@@ -37,7 +47,7 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86-64 AVX-512 F + BW + VL + VNNI (plus everything `Avx2` needs).
+    /// x86-64 AVX-512 F + BW + VL + DQ + VNNI (plus everything `Avx2` needs).
     Avx512,
 }
 
@@ -80,6 +90,7 @@ impl Isa {
                     && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
                     && std::arch::is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -109,7 +120,12 @@ impl Isa {
             return Err(Error::IsaUnsupported { isa });
         }
         match FORCED.set(isa) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // A `best()` before this resolved the detected table: replace it.
+                let table = KernelTable::for_isa(isa)?;
+                BEST.store(ptr::from_ref(table).cast_mut(), Ordering::Release);
+                Ok(())
+            }
             Err(_) if FORCED.get() == Some(&isa) => Ok(()),
             Err(_) => Err(Error::IsaAlreadyForced { isa }),
         }
@@ -126,6 +142,11 @@ impl Isa {
 
 /// The instruction set [`Isa::force`] chose, if any.
 static FORCED: OnceLock<Isa> = OnceLock::new();
+
+/// [`KernelTable::best`]'s answer once resolved, else null: always null or a pointer to
+/// one of the `static` tables (made from a `&'static`, never written through), so the
+/// hot path is one load.
+static BEST: AtomicPtr<KernelTable> = AtomicPtr::new(ptr::null_mut());
 
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -157,6 +178,8 @@ pub struct KernelTable {
     acts: [ActKernels; ActType::ALL.len()],
     /// Packed batched kernels, in [`PackedType::ALL`] order, where this ISA has one.
     packed: [Option<PackedGemmFn>; PackedType::ALL.len()],
+    /// The `ops` primitives that have SIMD variants.
+    ops: OpKernels,
 }
 
 impl KernelTable {
@@ -177,10 +200,31 @@ impl KernelTable {
     }
 
     /// The table for the fastest instruction set this CPU supports, or for the one
-    /// [`Isa::force`] chose.
+    /// [`Isa::force`] chose. Resolved once: after the first call this is one atomic load
+    /// (every public `ops` kernel with SIMD variants goes through it, per call).
+    #[inline]
     pub fn best() -> &'static KernelTable {
+        let table = BEST.load(Ordering::Acquire);
+        if table.is_null() {
+            return KernelTable::resolve_best();
+        }
+        // SAFETY: `BEST` holds null or a pointer made from a `&'static KernelTable`.
+        unsafe { &*table }
+    }
+
+    /// The first [`KernelTable::best`]: resolves the table and caches it (keeping one
+    /// that [`Isa::force`] stored meanwhile).
+    #[cold]
+    fn resolve_best() -> &'static KernelTable {
         let isa = FORCED.get().copied().unwrap_or_else(Isa::detect);
-        KernelTable::for_isa(isa).unwrap_or(&SCALAR)
+        let table = KernelTable::for_isa(isa).unwrap_or(&SCALAR);
+        let new = ptr::from_ref(table).cast_mut();
+        match BEST.compare_exchange(ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => table,
+            // SAFETY: `BEST` holds null or a pointer made from a `&'static KernelTable`,
+            // and it is not null here.
+            Err(current) => unsafe { &*current },
+        }
     }
 
     /// The instruction set these kernels use.
@@ -277,6 +321,7 @@ const fn table(
     dots: [VecDotFn; 10],
     quants: [QuantizeFn; 4],
     packed: [Option<PackedGemmFn>; PackedType::ALL.len()],
+    ops: OpKernels,
 ) -> KernelTable {
     let t = WeightType::ALL;
     KernelTable {
@@ -300,6 +345,7 @@ const fn table(
             act(quants[3], ACT_DEQUANT[3]),
         ],
         packed,
+        ops,
     }
 }
 
@@ -319,6 +365,7 @@ static SCALAR: KernelTable = table(
     ],
     SCALAR_QUANT,
     [None; PackedType::ALL.len()],
+    op_kernels::SCALAR,
 );
 
 const SCALAR_QUANT: [QuantizeFn; 4] = [
@@ -382,6 +429,7 @@ mod x86 {
         ],
         AVX2_QUANT,
         packed!(avx2),
+        op_kernels::x86::AVX2,
     );
 
     /// The AVX2 quantizers serve the AVX-512 table too: quantizing is O(n) per token
@@ -409,7 +457,17 @@ mod x86 {
         ],
         AVX2_QUANT,
         packed!(avx512),
+        op_kernels::x86::AVX512,
     );
+}
+
+/// Every table this CPU can run, slowest first (for the unit tests of table entries).
+#[cfg(test)]
+pub(crate) fn available_tables() -> Vec<&'static KernelTable> {
+    Isa::available()
+        .into_iter()
+        .map(|isa| KernelTable::for_isa(isa).expect("available"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -108,20 +108,15 @@ fn exp_large(x: f32) -> Option<f32> {
     }
 }
 
-/// `x[i] = e^x[i]` for every element, bit-identical to [`exp_f32`].
+/// `x[i] = e^x[i]` for every element, bit-identical to [`exp_f32`]: the kernel of
+/// [`KernelTable::best`](crate::KernelTable::best) (AVX-512F/DQ, AVX2 + FMA or scalar).
+#[inline]
 pub fn exp_inplace(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-    {
-        // SAFETY: the CPU supports AVX-512F/DQ (checked just above).
-        return unsafe { x86::exp_inplace(x) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { x86_avx2::exp_inplace(x) };
-    }
+    crate::KernelTable::best().exp_inplace(x);
+}
+
+/// The scalar table's [`exp_inplace`]: [`exp_f32`] per element.
+pub(crate) fn exp_inplace_scalar(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = exp_f32(*v));
 }
 
@@ -129,13 +124,17 @@ pub fn exp_inplace(x: &mut [f32]) {
 /// scalar reference's `mul_add`s become calls to a software `fma` on a CPU build
 /// without FMA in its target features.
 #[cfg(target_arch = "x86_64")]
-mod x86_avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{exp_f32, C, INV_LN2_N, LARGE_TOP12, SHIFT, TABLE};
 
+    /// [`exp_inplace`](super::exp_inplace) eight at a time.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn exp_inplace(x: &mut [f32]) {
+    pub(crate) unsafe fn exp_inplace(x: &mut [f32]) {
         let mut chunks = x.chunks_exact_mut(8);
         for chunk in &mut chunks {
             // SAFETY: `chunk` is 8 f32.
@@ -171,6 +170,10 @@ mod x86_avx2 {
     }
 
     /// The main formula of [`exp_f32`] on four doubles, rounded to f32.
+    ///
+    /// # Safety
+    /// Needs AVX2 and FMA: calling it from code that does not enable these features is
+    /// `unsafe`, and the caller must ensure the CPU supports them.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn exp4(xd: __m256d) -> __m128 {
@@ -190,14 +193,19 @@ mod x86_avx2 {
     }
 }
 
+/// The AVX-512 twin (sixteen at a time, as two vectors of eight doubles).
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{exp_f32, C, INV_LN2_N, LARGE_TOP12, SHIFT, TABLE};
 
+    /// [`exp_inplace`](super::exp_inplace) sixteen at a time.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX-512DQ.
     #[target_feature(enable = "avx512f,avx512dq")]
-    pub(super) unsafe fn exp_inplace(x: &mut [f32]) {
+    pub(crate) unsafe fn exp_inplace(x: &mut [f32]) {
         let mut chunks = x.chunks_exact_mut(16);
         for chunk in &mut chunks {
             // SAFETY: `chunk` is 16 f32.
@@ -234,6 +242,10 @@ mod x86 {
     }
 
     /// The main formula of [`exp_f32`] on eight doubles, rounded to f32.
+    ///
+    /// # Safety
+    /// Needs AVX-512F and AVX-512DQ: calling it from code that does not enable these
+    /// features is `unsafe`, and the caller must ensure the CPU supports them.
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq")]
     fn exp8(xd: __m512d) -> __m256 {
@@ -251,6 +263,10 @@ mod x86 {
     }
 
     /// `TABLE[ki % 32]` per lane: two 16-entry permutes and a blend on bit 4.
+    ///
+    /// # Safety
+    /// Needs AVX-512F: calling it from code that does not enable that feature is
+    /// `unsafe`, and the caller must ensure the CPU supports it.
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn table_lookup(ki: __m512i) -> __m512i {
@@ -298,28 +314,41 @@ mod tests {
         ];
         // Every 4099th bit pattern: all exponents, both signs.
         xs.extend((0..=u32::MAX).step_by(4099).map(f32::from_bits));
+        for t in crate::dispatch::available_tables() {
+            let mut got = xs.clone();
+            t.exp_inplace(&mut got);
+            for (&x, &g) in xs.iter().zip(&got) {
+                let isa = t.isa();
+                assert!(
+                    same(g, exp_f32(x)),
+                    "{isa} exp({x:e}): {g:e} vs {:e}",
+                    exp_f32(x)
+                );
+                let want = x.exp();
+                // glibc with FMA rounds exactly like this; other libms may differ by an ulp.
+                let ulps = (g.to_bits() as i64 - want.to_bits() as i64).abs();
+                assert!(
+                    same(g, want) || ulps <= 1,
+                    "{isa} exp({x:e}): {g:e} vs std {want:e}"
+                );
+            }
+        }
         let mut got = xs.clone();
         exp_inplace(&mut got);
-        for (&x, &g) in xs.iter().zip(&got) {
-            assert!(same(g, exp_f32(x)), "exp({x:e}): {g:e} vs {:e}", exp_f32(x));
-            let want = x.exp();
-            // glibc with FMA rounds exactly like this; other libms may differ by an ulp.
-            let ulps = (g.to_bits() as i64 - want.to_bits() as i64).abs();
-            assert!(
-                same(g, want) || ulps <= 1,
-                "exp({x:e}): {g:e} vs std {want:e}"
-            );
-        }
+        assert!(xs.iter().zip(&got).all(|(&x, &g)| same(g, exp_f32(x))));
     }
 
     proptest! {
-        /// The softmax range (≤ 0) and SiLU's, every length (16-wide body and tail).
+        /// The softmax range (≤ 0) and SiLU's, every length (16-wide body and tail),
+        /// on every table this CPU runs.
         #[test]
         fn vector_equals_scalar(xs in prop::collection::vec(-120.0f32..90.0, 0..70)) {
-            let mut got = xs.clone();
-            exp_inplace(&mut got);
-            for (&x, &g) in xs.iter().zip(&got) {
-                prop_assert!(same(g, exp_f32(x)), "exp({:e})", x);
+            for t in crate::dispatch::available_tables() {
+                let mut got = xs.clone();
+                t.exp_inplace(&mut got);
+                for (&x, &g) in xs.iter().zip(&got) {
+                    prop_assert!(same(g, exp_f32(x)), "{} exp({:e})", t.isa(), x);
+                }
             }
         }
     }

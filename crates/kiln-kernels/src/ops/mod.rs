@@ -7,8 +7,8 @@
 
 mod activation;
 mod convert;
-mod exp;
-mod f16_vector;
+pub(crate) mod exp;
+pub(crate) mod f16_vector;
 mod norm;
 mod rope;
 mod softmax;

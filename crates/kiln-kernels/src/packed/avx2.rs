@@ -56,6 +56,9 @@ entry!(
 /// (byte offset of its rows in a 64-byte vector).
 type Args = (usize, *const u8, *const u8, usize, *const [f32; 2], usize);
 
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; the arguments must have passed `check_gemm`
+/// for `TY`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemm<const TY: u8>(
@@ -115,6 +118,10 @@ unsafe fn gemm<const TY: u8>(
 
 /// `T` tokens over `H` halves (1: the half `args.5`; 2: both, in one pass over the
 /// blocks).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `args` must point into a group, `T`
+/// activation rows and scales that passed `check_gemm`, and `args.5 + H` be at most 2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<const TY: u8, const T: usize, const H: usize>(
@@ -137,6 +144,9 @@ unsafe fn tile<const TY: u8, const T: usize, const H: usize>(
 }
 
 /// This half's 32 bytes of the 64-byte vector at `p`.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` must point to 64 readable bytes and `half` be 0 or 1.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn load(p: *const u8, half: usize) -> __m256i {
@@ -145,6 +155,10 @@ unsafe fn load(p: *const u8, half: usize) -> __m256i {
 }
 
 /// This half's 8 of the 16 f16 at `p`, as f32.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; `p` must point to 16 readable f16 and `half` be 0
+/// or 1.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn f16x8(p: *const u8, half: usize) -> __m256 {
@@ -153,6 +167,9 @@ unsafe fn f16x8(p: *const u8, half: usize) -> __m256 {
 }
 
 /// This half's 8 of the 16 bytes at `p`, zero-extended to int32.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` must point to 16 readable bytes and `half` be 0 or 1.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn u8x8(p: *const u8, half: usize) -> __m256i {
@@ -161,6 +178,9 @@ unsafe fn u8x8(p: *const u8, half: usize) -> __m256i {
 }
 
 /// The activation word (4 quants) at `p`, in every lane.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` must point to 4 readable bytes.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn word(p: *const u8) -> __m256i {
@@ -169,6 +189,9 @@ unsafe fn word(p: *const u8) -> __m256i {
 }
 
 /// `v` (small non-negative int32 lanes) in both int16 halves of each lane.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn both_halves(v: __m256i) -> __m256i {
@@ -176,6 +199,10 @@ unsafe fn both_halves(v: __m256i) -> __m256i {
 }
 
 /// The eight weight vectors (this half) of sub-block `s`, as in the AVX-512 kernel.
+///
+/// # Safety
+/// The CPU must support AVX2; `blk` must point to a whole packed block of type `TY`, `s`
+/// be one of its sub-blocks (0 for 32-element types) and `half` be 0 or 1.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn weights<const TY: u8>(blk: *const u8, s: usize, half: usize) -> [__m256i; 8] {
@@ -253,6 +280,9 @@ const fn i16_run(ty: PackedType) -> usize {
 
 /// Σ over vectors `g0..g0+n` of `w[g]` · activation word `g` at `a`, widened to int32
 /// through `vpmaddwd` by `mult` (int16 pairs: ones, or a scale in both halves).
+///
+/// # Safety
+/// The CPU must support AVX2; `a` must point to `4·w.len()` readable activation quants.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn dot<const TY: u8>(w: &[__m256i], a: *const u8, mult: __m256i) -> __m256i {
@@ -288,6 +318,10 @@ unsafe fn dot<const TY: u8>(w: &[__m256i], a: *const u8, mult: __m256i) -> __m25
 /// 32-element blocks: one integer dot per block and token, then the block's float step
 /// (as in the AVX-512 kernel; q8_0's dot is already signed, which equals the scalar's
 /// unsigned dot minus its offset exactly).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `args` must point into a group, `T`
+/// activation rows and scales that passed `check_gemm`, and `args.5 + H` be at most 2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[__m256; T]; H] {
@@ -334,6 +368,10 @@ unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [
 
 /// k-quant super-blocks, as in the AVX-512 kernel; `vpmaddwd` by the row scales replaces
 /// its `vpmulld`, and by the mins or scale pairs its `vpdpwssd`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `args` must point into a group, `T`
+/// activation rows and scales that passed `check_gemm`, and `args.5 + H` be at most 2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[__m256; T]; H] {

@@ -63,6 +63,9 @@ entry!(
 /// Blocks, packed group, activation rows, activation row bytes, scales.
 type Args = (usize, *const u8, *const u8, usize, *const [f32; 2]);
 
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI and F16C; `args` must
+/// point into a group, `T` activation rows and scales that passed `check_gemm`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 unsafe fn tile<const TY: u8, const T: usize>(args: Args, out: &mut Out) {
@@ -79,6 +82,8 @@ unsafe fn tile<const TY: u8, const T: usize>(args: Args, out: &mut Out) {
     }
 }
 
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW; `p` must point to 64 readable bytes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn load(p: *const u8) -> __m512i {
@@ -87,6 +92,9 @@ unsafe fn load(p: *const u8) -> __m512i {
 }
 
 /// The 16 f16 at `p` as f32.
+///
+/// # Safety
+/// The CPU must support AVX-512F and F16C; `p` must point to 16 readable f16.
 #[inline]
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn f16x16(p: *const u8) -> __m512 {
@@ -95,6 +103,9 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
 }
 
 /// The activation word (4 quants) at `p`, in every lane.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `p` must point to 4 readable bytes.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn word(p: *const u8) -> __m512i {
@@ -104,6 +115,10 @@ unsafe fn word(p: *const u8) -> __m512i {
 
 /// The eight weight vectors of sub-block `s` of packed block `blk`: vector `g` holds
 /// elements `4g..4g+4` of each row as unsigned bytes.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW; `blk` must point to a whole packed block
+/// of type `TY` and `s` be one of its sub-blocks (0 for 32-element types).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn weights<const TY: u8>(blk: *const u8, s: usize) -> [__m512i; 8] {
@@ -161,6 +176,10 @@ unsafe fn weights<const TY: u8>(blk: *const u8, s: usize) -> [__m512i; 8] {
 
 /// Σ over vectors `g0..g0+N` of `w[g]` · activation word `g` at `a` (exact int32), in two
 /// chains added at the end.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL and AVX-512VNNI; `a` must point to
+/// `4·N` readable activation quants.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn dot<const N: usize>(w: &[__m512i], a: *const u8) -> __m512i {
@@ -178,6 +197,10 @@ unsafe fn dot<const N: usize>(w: &[__m512i], a: *const u8) -> __m512i {
 
 /// 32-element blocks (q4_0, q4_1, q5_0, q8_0): one integer dot per block and token,
 /// then the block's float step.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI and F16C; `args` must
+/// point into a group, `T` activation rows and scales that passed `check_gemm`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
@@ -218,6 +241,10 @@ unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
 /// k-quant super-blocks: per token, the sub-block sums times their row scales summed as
 /// exact int32 over the super-block (with the min or zero-point term from q8_K's block
 /// sums through `vpdpwssd`), then one or two float steps.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI and F16C; `args` must
+/// point into a group, `T` activation rows and scales that passed `check_gemm`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {

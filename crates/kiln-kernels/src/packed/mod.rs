@@ -87,6 +87,7 @@ impl PackedType {
     }
 
     /// The type with discriminant `v` (for the kernels' const-generic type parameter).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // only the x86 kernels
     pub(crate) const fn from_u8(v: u8) -> Self {
         Self::ALL[v as usize]
     }

@@ -5,11 +5,15 @@
 
 use half::f16;
 
+#[cfg(doc)]
 use super::{axpy_f16_rows, dot_f16_rows};
+use crate::KernelTable;
 
 /// Most heads one pass of the dot kernel keeps accumulators for (8 registers each).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const DOT_HEADS: usize = 3;
 /// Most heads one pass of the value kernel keeps accumulators for (4 registers each).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const AXPY_HEADS: usize = 4;
 
 /// For each query head `h` of `qs` (`heads × hd`) and key row `j` of `keys`:
@@ -18,7 +22,94 @@ const AXPY_HEADS: usize = 4;
 ///
 /// # Panics
 /// If `hd` is 0 or doesn't divide `qs` and `keys`, or `out` is too short.
+#[inline]
 pub fn dot_f16_rows_heads(
+    keys: &[f16],
+    qs: &[f32],
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+    stride: usize,
+) {
+    KernelTable::best().dot_f16_rows_heads(keys, qs, hd, scale, out, stride);
+}
+
+/// For each head `h` (`ys` is `heads × hd`): `ys[h] += Σ_j w[h·stride + j] · values[j]`,
+/// rows in order, bit-identical to [`axpy_f16_rows`] per head.
+///
+/// # Panics
+/// If `hd` is 0 or doesn't divide `ys` and `values`, or `w` is too short.
+#[inline]
+pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, ys: &mut [f32]) {
+    KernelTable::best().axpy_f16_rows_heads(w, stride, values, hd, ys);
+}
+
+/// The AVX2 table's [`dot_f16_rows_heads`]: the F16C [`dot_f16_rows`] per head.
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn dot_f16_rows_heads_f16c(
+    keys: &[f16],
+    qs: &[f32],
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+    stride: usize,
+) {
+    let rows = check_shape(
+        "dot_f16_rows_heads",
+        keys.len(),
+        qs.len(),
+        hd,
+        out.len(),
+        stride,
+    );
+    for (h, q) in qs.chunks_exact(hd).enumerate() {
+        let o = &mut out[h * stride..h * stride + rows];
+        super::x86::dot_f16_rows_f16c(keys, q, scale, o);
+    }
+}
+
+/// The AVX2 table's [`axpy_f16_rows_heads`]: the F16C [`axpy_f16_rows`] per head.
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn axpy_f16_rows_heads_f16c(
+    w: &[f32],
+    stride: usize,
+    values: &[f16],
+    hd: usize,
+    ys: &mut [f32],
+) {
+    let rows = check_shape(
+        "axpy_f16_rows_heads",
+        values.len(),
+        ys.len(),
+        hd,
+        w.len(),
+        stride,
+    );
+    for (h, y) in ys.chunks_exact_mut(hd).enumerate() {
+        super::x86::axpy_f16_rows_f16c(&w[h * stride..h * stride + rows], values, y);
+    }
+}
+
+/// The AVX-512 table's [`dot_f16_rows_heads`]: whole 8-row tiles for up to
+/// [`DOT_HEADS`] heads at once (when `hd` is a multiple of 8), the other rows by the
+/// F16C [`dot_f16_rows`] per head.
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512VL, AVX and F16C: calling it from code that does not enable
+/// these features is `unsafe`, and the caller must ensure the CPU supports them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx,f16c")]
+pub(crate) fn dot_f16_rows_heads_avx512(
     keys: &[f16],
     qs: &[f32],
     hd: usize,
@@ -38,9 +129,8 @@ pub fn dot_f16_rows_heads(
         let qs = &qs[h0 * hd..(h0 + n) * hd];
         let out = &mut out[h0 * stride..];
         let mut done = 0;
-        #[cfg(target_arch = "x86_64")]
-        if hd.is_multiple_of(8) && has_avx512vl() {
-            // SAFETY: the CPU has AVX-512F/VL and F16C (checked just above); the shapes
+        if hd.is_multiple_of(8) {
+            // SAFETY: this function's features include AVX-512F/VL and F16C; the shapes
             // were checked by `check_shape` and `qs` holds exactly `n` heads.
             done = unsafe {
                 match n {
@@ -52,17 +142,26 @@ pub fn dot_f16_rows_heads(
         }
         for (h, q) in qs.chunks_exact(hd).enumerate() {
             let o = &mut out[h * stride + done..h * stride + rows];
-            dot_f16_rows(&keys[done * hd..], q, scale, o);
+            super::x86::dot_f16_rows_f16c(&keys[done * hd..], q, scale, o);
         }
     }
 }
 
-/// For each head `h` (`ys` is `heads × hd`): `ys[h] += Σ_j w[h·stride + j] · values[j]`,
-/// rows in order, bit-identical to [`axpy_f16_rows`] per head.
+/// The AVX-512 table's [`axpy_f16_rows_heads`]: up to [`AXPY_HEADS`] heads at once, 16
+/// lanes wide, when `hd` is a multiple of 16, else the F16C [`axpy_f16_rows`] per head.
 ///
-/// # Panics
-/// If `hd` is 0 or doesn't divide `ys` and `values`, or `w` is too short.
-pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, ys: &mut [f32]) {
+/// # Safety
+/// Needs AVX-512F, AVX and F16C: calling it from code that does not enable these features
+/// is `unsafe`, and the caller must ensure the CPU supports them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx,f16c")]
+pub(crate) fn axpy_f16_rows_heads_avx512(
+    w: &[f32],
+    stride: usize,
+    values: &[f16],
+    hd: usize,
+    ys: &mut [f32],
+) {
     let rows = check_shape(
         "axpy_f16_rows_heads",
         values.len(),
@@ -74,9 +173,8 @@ pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, 
     for (h0, n) in head_chunks(ys.len() / hd, AXPY_HEADS) {
         let ys = &mut ys[h0 * hd..(h0 + n) * hd];
         let w = &w[h0 * stride..];
-        #[cfg(target_arch = "x86_64")]
-        if hd.is_multiple_of(16) && has_avx512vl() {
-            // SAFETY: the CPU has AVX-512F and F16C (checked just above); the shapes were
+        if hd.is_multiple_of(16) {
+            // SAFETY: this function's features include AVX-512F and F16C; the shapes were
             // checked by `check_shape` and `ys` holds exactly `n` heads.
             unsafe {
                 match n {
@@ -89,7 +187,7 @@ pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, 
             continue;
         }
         for (h, y) in ys.chunks_exact_mut(hd).enumerate() {
-            axpy_f16_rows(&w[h * stride..h * stride + rows], values, y);
+            super::x86::axpy_f16_rows_f16c(&w[h * stride..h * stride + rows], values, y);
         }
     }
 }
@@ -172,6 +270,7 @@ fn check_shape(
 
 /// Splits `heads` into consecutive chunks of at most `most`, as even as possible (7 heads
 /// with at most 3 go as 2, 2, 3): `(first head, heads)` per chunk.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn head_chunks(heads: usize, most: usize) -> impl Iterator<Item = (usize, usize)> {
     let chunks = heads.div_ceil(most);
     (0..chunks).scan(0, move |h0, c| {
@@ -180,11 +279,6 @@ fn head_chunks(heads: usize, most: usize) -> impl Iterator<Item = (usize, usize)
         *h0 += n;
         Some(item)
     })
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx512vl() -> bool {
-    super::has_avx512() && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
 #[cfg(test)]
@@ -207,9 +301,10 @@ mod tests {
     }
 
     proptest! {
-        /// Every path (AVX-512 tiles plus per-head tails) against the per-head scalar
-        /// references, bit for bit, over head counts 1–8 and head sizes that take the
-        /// wide kernels (multiples of 8 / 16) and ones that don't.
+        /// Every table's entries (AVX-512 tiles plus per-head tails, F16C per head, the
+        /// scalar loop) and the public functions against the per-head scalar references,
+        /// bit for bit, over head counts 1–8 and head sizes that take the wide kernels
+        /// (multiples of 8 / 16) and ones that don't.
         #[test]
         fn group_kernels_equal_per_head_references(
             heads in 1usize..9,
@@ -229,18 +324,32 @@ mod tests {
             let qs: Vec<f32> = (0..heads * hd).map(|_| next() * 3.0).collect();
             let stride = rows + pad;
             let len = (heads - 1) * stride + rows;
-            let mut got = vec![f32::NAN; len];
-            let mut want = got.clone();
-            dot_f16_rows_heads(&keys, &qs, hd, 0.125, &mut got, stride);
+            let same = |a: &[f32], b: &[f32]| {
+                a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
+            };
+            let mut want = vec![f32::NAN; len];
             dot_f16_rows_heads_scalar(&keys, &qs, hd, 0.125, &mut want, stride);
-            prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+            let mut got = vec![f32::NAN; len];
+            dot_f16_rows_heads(&keys, &qs, hd, 0.125, &mut got, stride);
+            prop_assert!(same(&got, &want));
+            for t in crate::dispatch::available_tables() {
+                let mut got = vec![f32::NAN; len];
+                t.dot_f16_rows_heads(&keys, &qs, hd, 0.125, &mut got, stride);
+                prop_assert!(same(&got, &want), "{}", t.isa());
+            }
 
             let w: Vec<f32> = (0..len).map(|_| next()).collect();
             let y0: Vec<f32> = (0..heads * hd).map(|_| next()).collect();
-            let (mut got, mut want) = (y0.clone(), y0);
-            axpy_f16_rows_heads(&w, stride, &keys, hd, &mut got);
+            let mut want = y0.clone();
             axpy_f16_rows_heads_scalar(&w, stride, &keys, hd, &mut want);
-            prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+            let mut got = y0.clone();
+            axpy_f16_rows_heads(&w, stride, &keys, hd, &mut got);
+            prop_assert!(same(&got, &want));
+            for t in crate::dispatch::available_tables() {
+                let mut got = y0.clone();
+                t.axpy_f16_rows_heads(&w, stride, &keys, hd, &mut got);
+                prop_assert!(same(&got, &want), "{}", t.isa());
+            }
         }
     }
 }

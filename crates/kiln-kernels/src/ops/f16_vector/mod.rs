@@ -8,85 +8,59 @@
 //! instead of 528/528), so only `axpy_f16_rows`, which has no reduction, goes 16 lanes
 //! wide (AVX-512, accumulators kept in registers across rows), still bit-exact. The
 //! forms for a whole GQA group against the same rows are in `heads.rs`.
+//!
+//! The public functions run [`KernelTable::best`]'s entries: `scalar` here, the F16C and
+//! AVX-512 ones in `x86.rs` and `heads.rs`.
 
 use half::f16;
 
 use super::check_len;
+use crate::KernelTable;
 
 mod heads;
 
 pub use heads::{
     axpy_f16_rows_heads, axpy_f16_rows_heads_scalar, dot_f16_rows_heads, dot_f16_rows_heads_scalar,
 };
+#[cfg(target_arch = "x86_64")]
+pub(crate) use heads::{
+    axpy_f16_rows_heads_avx512, axpy_f16_rows_heads_f16c, dot_f16_rows_heads_avx512,
+    dot_f16_rows_heads_f16c,
+};
 
 const LANES: usize = 8;
 
 /// `Σ k[i]·q[i]` with `k` in f16.
+#[inline]
 pub fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
-    check_len("dot_f16", "q", k.len(), q.len());
-    #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        return unsafe { x86::dot_f16(k, q) };
-    }
-    dot_f16_scalar(k, q)
+    KernelTable::best().dot_f16(k, q)
 }
 
 /// `y[i] += alpha · v[i]` with `v` in f16.
+#[inline]
 pub fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
-    check_len("axpy_f16", "y", v.len(), y.len());
-    #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        return unsafe { x86::axpy_f16(alpha, v, y) };
-    }
-    axpy_f16_scalar(alpha, v, y);
+    KernelTable::best().axpy_f16(alpha, v, y);
 }
 
 /// `out[j] = scale · dot_f16(keys[j], q)` for each `q.len()`-wide row of `keys` (one
-/// block of cached keys against one query head): one feature check per block.
+/// block of cached keys against one query head): one table lookup per block.
+#[inline]
 pub fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
-    let hd = q.len().max(1);
-    check_len("dot_f16_rows", "out", keys.len() / hd, out.len());
-    #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        return unsafe { x86::dot_f16_rows(keys, q, scale, out) };
-    }
-    for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
-        *o = scale * dot_f16_scalar(k, q);
-    }
+    KernelTable::best().dot_f16_rows(keys, q, scale, out);
 }
 
 /// `y += w[j] · values[j]` for each `y.len()`-wide row of `values`, in row order (so
 /// the result is bit-identical to one [`axpy_f16`] per row).
+#[inline]
 pub fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
-    let hd = y.len().max(1);
-    check_len("axpy_f16_rows", "w", values.len() / hd, w.len());
-    #[cfg(target_arch = "x86_64")]
-    if hd.is_multiple_of(16) && has_avx512() {
-        // SAFETY: the CPU supports AVX-512F and F16C (checked just above).
-        return unsafe { x86::axpy_f16_rows_512(w, values, y) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        return unsafe { x86::axpy_f16_rows(w, values, y) };
-    }
-    for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
-        axpy_f16_scalar(a, v, y);
-    }
+    KernelTable::best().axpy_f16_rows(w, values, y);
 }
 
 /// Rounds every element to the nearest f16 (ties to even) and back, as llama.cpp does to
 /// attention queries and softmax weights; eight at a time with F16C.
+#[inline]
 pub fn round_f16_inplace(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        return unsafe { x86::round_f16_inplace(x) };
-    }
-    round_f16_scalar(x);
+    KernelTable::best().round_f16_inplace(x);
 }
 
 /// The reference for [`round_f16_inplace`].
@@ -117,24 +91,85 @@ pub fn axpy_f16_scalar(alpha: f32, v: &[f16], y: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f") && has_f16c()
+/// [`dot_f16`]'s argument check.
+#[inline]
+#[track_caller]
+fn check_dot(k: &[f16], q: &[f32]) {
+    check_len("dot_f16", "q", k.len(), q.len());
+}
+
+/// [`axpy_f16`]'s argument check.
+#[inline]
+#[track_caller]
+fn check_axpy(v: &[f16], y: &[f32]) {
+    check_len("axpy_f16", "y", v.len(), y.len());
+}
+
+/// [`dot_f16_rows`]'s argument check; returns the row width.
+#[inline]
+#[track_caller]
+fn check_dot_rows(keys: &[f16], q: &[f32], out: &[f32]) -> usize {
+    let hd = q.len().max(1);
+    check_len("dot_f16_rows", "out", keys.len() / hd, out.len());
+    hd
+}
+
+/// [`axpy_f16_rows`]'s argument check; returns the row width.
+#[inline]
+#[track_caller]
+fn check_axpy_rows(w: &[f32], values: &[f16], y: &[f32]) -> usize {
+    let hd = y.len().max(1);
+    check_len("axpy_f16_rows", "w", values.len() / hd, w.len());
+    hd
+}
+
+/// The scalar table's entries: each op's argument check, then the reference.
+pub(crate) mod scalar {
+    use half::f16;
+
+    use super::{axpy_f16_scalar, dot_f16_scalar};
+
+    /// [`dot_f16`](super::dot_f16) by [`dot_f16_scalar`].
+    pub(crate) fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
+        super::check_dot(k, q);
+        dot_f16_scalar(k, q)
+    }
+
+    /// [`axpy_f16`](super::axpy_f16) by [`axpy_f16_scalar`].
+    pub(crate) fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
+        super::check_axpy(v, y);
+        axpy_f16_scalar(alpha, v, y);
+    }
+
+    /// [`dot_f16_rows`](super::dot_f16_rows): [`dot_f16_scalar`] per row.
+    pub(crate) fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
+        let hd = super::check_dot_rows(keys, q, out);
+        for (o, k) in out.iter_mut().zip(keys.chunks_exact(hd)) {
+            *o = scale * dot_f16_scalar(k, q);
+        }
+    }
+
+    /// [`axpy_f16_rows`](super::axpy_f16_rows): [`axpy_f16_scalar`] per row.
+    pub(crate) fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
+        let hd = super::check_axpy_rows(w, values, y);
+        for (&a, v) in w.iter().zip(values.chunks_exact(hd)) {
+            axpy_f16_scalar(a, v, y);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-fn has_f16c() -> bool {
-    std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c")
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ops::{axpy, dot_f32};
     use proptest::prelude::*;
+
+    fn same(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
+    }
 
     fn halves(n: usize) -> impl Strategy<Value = Vec<f16>> {
         prop::collection::vec(-60.0f32..60.0, n)
@@ -157,42 +192,53 @@ mod tests {
             prop_assert_eq!(dot_f16_scalar(&k, &q).to_bits(), want.to_bits());
             let mut want_y = y.clone();
             axpy(alpha, &k32, &mut want_y);
-            for f in [axpy_f16, axpy_f16_scalar] {
-                let mut got = y.clone();
-                f(alpha, &k, &mut got);
-                prop_assert!(got.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()));
-            }
-            let mut r = q.clone();
-            let mut r_ref = q.iter().map(|v| v * 70_000.0).collect::<Vec<_>>(); // overflow too
-            let mut r_big = r_ref.clone();
-            round_f16_inplace(&mut r);
-            round_f16_inplace(&mut r_big);
-            round_f16_scalar(&mut r_ref);
+            let mut got = y.clone();
+            axpy_f16_scalar(alpha, &k, &mut got);
+            prop_assert!(same(&got, &want_y));
+            let mut got = y.clone();
+            axpy_f16(alpha, &k, &mut got);
+            prop_assert!(same(&got, &want_y));
             let mut r_small = q.clone();
             round_f16_scalar(&mut r_small);
-            prop_assert!(r.iter().zip(&r_small).all(|(a, b)| a.to_bits() == b.to_bits()));
-            prop_assert!(r_big.iter().zip(&r_ref).all(|(a, b)| a.to_bits() == b.to_bits()));
-            // Row forms (rows of 4; 8/16/32 also give the 8-row dot tiles; 16/64/80 the
-            // AVX-512 axpy) against
-            // per-row calls, bit for bit.
-            for hd in [4usize, 8, 16, 32, 64, 80] {
-                if k.is_empty() || k.len() % hd != 0 {
-                    continue;
+            let mut r_ref = q.iter().map(|v| v * 70_000.0).collect::<Vec<_>>(); // overflow too
+            let r_big0 = r_ref.clone();
+            round_f16_scalar(&mut r_ref);
+            let mut r = q.clone();
+            round_f16_inplace(&mut r);
+            prop_assert!(same(&r, &r_small));
+            for t in crate::dispatch::available_tables() {
+                let isa = t.isa();
+                prop_assert_eq!(t.dot_f16(&k, &q).to_bits(), want.to_bits(), "{}", isa);
+                let mut got = y.clone();
+                t.axpy_f16(alpha, &k, &mut got);
+                prop_assert!(same(&got, &want_y), "{}", isa);
+                let mut r = q.clone();
+                let mut r_big = r_big0.clone();
+                t.round_f16_inplace(&mut r);
+                t.round_f16_inplace(&mut r_big);
+                prop_assert!(same(&r, &r_small), "{}", isa);
+                prop_assert!(same(&r_big, &r_ref), "{}", isa);
+                // Row forms (rows of 4; 8/16/32 also give the 8-row dot tiles; 16/64/80 the
+                // AVX-512 axpy) against per-row calls of the same table, bit for bit.
+                for hd in [4usize, 8, 16, 32, 64, 80] {
+                    if k.is_empty() || k.len() % hd != 0 {
+                        continue;
+                    }
+                    let rows = k.len() / hd;
+                    let mut scores = vec![0f32; rows];
+                    t.dot_f16_rows(&k, &q[..hd], 0.5, &mut scores);
+                    for (j, s) in scores.iter().enumerate() {
+                        let want = 0.5 * dot_f16_scalar(&k[j * hd..(j + 1) * hd], &q[..hd]);
+                        prop_assert_eq!(s.to_bits(), want.to_bits(), "{} hd {}", isa, hd);
+                    }
+                    let mut got = y[..hd].to_vec();
+                    let mut want = y[..hd].to_vec();
+                    t.axpy_f16_rows(&q[..rows], &k, &mut got);
+                    for j in 0..rows {
+                        axpy_f16_scalar(q[j], &k[j * hd..(j + 1) * hd], &mut want);
+                    }
+                    prop_assert!(same(&got, &want), "{} hd {}", isa, hd);
                 }
-                let rows = k.len() / hd;
-                let mut scores = vec![0f32; rows];
-                dot_f16_rows(&k, &q[..hd], 0.5, &mut scores);
-                for (j, s) in scores.iter().enumerate() {
-                    let want = 0.5 * dot_f16(&k[j * hd..(j + 1) * hd], &q[..hd]);
-                    prop_assert_eq!(s.to_bits(), want.to_bits());
-                }
-                let mut got = y[..hd].to_vec();
-                let mut want = y[..hd].to_vec();
-                axpy_f16_rows(&q[..rows], &k, &mut got);
-                for j in 0..rows {
-                    axpy_f16(q[j], &k[j * hd..(j + 1) * hd], &mut want);
-                }
-                prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
             }
         }
     }

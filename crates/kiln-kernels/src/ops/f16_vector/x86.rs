@@ -1,4 +1,7 @@
 //! F16C / AVX-512 forms of the f16 kernels; bit-identical to the scalar references.
+//!
+//! The `*_f16c` and `*_avx512` functions are the AVX2 and AVX-512 tables' entries (see
+//! `dispatch/op_kernels.rs`): each op's argument check, then the kernels below it.
 
 use std::arch::x86_64::*;
 
@@ -6,6 +9,76 @@ use half::f16;
 
 use super::LANES;
 
+/// The AVX2 and AVX-512 tables' [`dot_f16`](super::dot_f16).
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn dot_f16_f16c(k: &[f16], q: &[f32]) -> f32 {
+    super::check_dot(k, q);
+    // SAFETY: this function's features; `q` is as long as `k` (checked).
+    unsafe { dot_f16(k, q) }
+}
+
+/// The AVX2 and AVX-512 tables' [`axpy_f16`](super::axpy_f16).
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn axpy_f16_f16c(alpha: f32, v: &[f16], y: &mut [f32]) {
+    super::check_axpy(v, y);
+    // SAFETY: this function's features; `y` is as long as `v` (checked).
+    unsafe { axpy_f16(alpha, v, y) }
+}
+
+/// The AVX2 and AVX-512 tables' [`dot_f16_rows`](super::dot_f16_rows).
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn dot_f16_rows_f16c(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
+    super::check_dot_rows(keys, q, out);
+    // SAFETY: this function's features; `keys` holds `out.len()` rows (checked).
+    unsafe { dot_f16_rows(keys, q, scale, out) }
+}
+
+/// The AVX2 table's [`axpy_f16_rows`](super::axpy_f16_rows).
+///
+/// # Safety
+/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
+#[target_feature(enable = "avx,f16c")]
+pub(crate) fn axpy_f16_rows_f16c(w: &[f32], values: &[f16], y: &mut [f32]) {
+    super::check_axpy_rows(w, values, y);
+    // SAFETY: this function's features (no length precondition).
+    unsafe { axpy_f16_rows(w, values, y) }
+}
+
+/// The AVX-512 table's [`axpy_f16_rows`](super::axpy_f16_rows): 16 lanes wide when the
+/// rows are whole vectors, else as [`axpy_f16_rows_f16c`].
+///
+/// # Safety
+/// Needs AVX-512F, AVX and F16C: calling it from code that does not enable these features
+/// is `unsafe`, and the caller must ensure the CPU supports them.
+#[target_feature(enable = "avx512f,avx,f16c")]
+pub(crate) fn axpy_f16_rows_avx512(w: &[f32], values: &[f16], y: &mut [f32]) {
+    let hd = super::check_axpy_rows(w, values, y);
+    if hd.is_multiple_of(16) {
+        // SAFETY: this function's features; `y.len()` (`hd`) is a multiple of 16.
+        unsafe { axpy_f16_rows_512(w, values, y) }
+    } else {
+        // SAFETY: this function's features (no length precondition).
+        unsafe { axpy_f16_rows(w, values, y) }
+    }
+}
+
+/// `Σ k[i]·q[i]`, eight lanes as [`dot_f16_scalar`](super::dot_f16_scalar).
+///
+/// # Safety
+/// The CPU must support AVX and F16C; `q` must be at least as long as `k`.
 #[inline]
 #[target_feature(enable = "avx,f16c")]
 pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
@@ -39,6 +112,10 @@ pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
 /// per lane sums all eight rows' lanes in `dot_f16`'s order: bit-identical results.
 /// Rows past the last whole tile, and rows not a multiple of eight wide, go through
 /// `dot_f16` one by one.
+///
+/// # Safety
+/// The CPU must support AVX and F16C; `keys` must hold at least `out.len()` rows of
+/// `max(q.len(), 1)` elements.
 #[target_feature(enable = "avx,f16c")]
 pub(super) unsafe fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
     let hd = q.len().max(1);
@@ -74,6 +151,9 @@ pub(super) unsafe fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut
 
 /// Lane `r` of the result: the sum of input `r`'s eight lanes in `dot_f16`'s order
 /// (`zero` is what its `sum()` of lanes and of an empty tail start from).
+///
+/// # Safety
+/// The CPU must support AVX.
 #[inline]
 #[target_feature(enable = "avx")]
 unsafe fn sum_lanes8(acc: [__m256; 8], zero: __m256) -> __m256 {
@@ -87,6 +167,9 @@ unsafe fn sum_lanes8(acc: [__m256; 8], zero: __m256) -> __m256 {
 }
 
 /// `out[l]` holds lane `l` of each of the eight inputs (input `r` in lane `r`).
+///
+/// # Safety
+/// The CPU must support AVX.
 #[inline]
 #[target_feature(enable = "avx")]
 unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
@@ -118,6 +201,10 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     ]
 }
 
+/// `y += w[j] · values[j]` per `y.len()`-wide row, one [`axpy_f16`] per row.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
 #[target_feature(enable = "avx,f16c")]
 pub(super) unsafe fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
     for (&a, v) in w.iter().zip(values.chunks_exact(y.len().max(1))) {
@@ -128,6 +215,9 @@ pub(super) unsafe fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
 
 /// `y` stays in registers across rows, 64 columns at a time (re-loading it per row
 /// would chain every row behind the previous row's store).
+///
+/// # Safety
+/// The CPU must support AVX-512F and F16C; `y.len()` must be a multiple of 16.
 #[target_feature(enable = "avx512f,f16c")]
 pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32]) {
     let hd = y.len();
@@ -159,8 +249,13 @@ pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32])
     }
 }
 
+/// [`round_f16_scalar`](super::round_f16_scalar) eight at a time; also the AVX2 and
+/// AVX-512 tables' entry.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
 #[target_feature(enable = "avx,f16c")]
-pub(super) unsafe fn round_f16_inplace(x: &mut [f32]) {
+pub(crate) unsafe fn round_f16_inplace(x: &mut [f32]) {
     let chunks = x.len() / LANES;
     for c in 0..chunks {
         // SAFETY: chunk `c` is in bounds.
@@ -175,6 +270,10 @@ pub(super) unsafe fn round_f16_inplace(x: &mut [f32]) {
     }
 }
 
+/// `y[i] += alpha · v[i]`, as [`axpy_f16_scalar`](super::axpy_f16_scalar).
+///
+/// # Safety
+/// The CPU must support AVX and F16C; `y` must be at least as long as `v`.
 #[inline]
 #[target_feature(enable = "avx,f16c")]
 pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {

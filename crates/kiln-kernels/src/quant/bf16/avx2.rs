@@ -7,6 +7,9 @@ use crate::quant::block::{check_dot, f32_at, sub};
 use crate::quant::simd::avx2::{hsum_ps, load_128, load_ps_bytes};
 use crate::types::WeightType;
 
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn widen(b: &[u8; 16]) -> __m256 {
@@ -14,6 +17,10 @@ fn widen(b: &[u8; 16]) -> __m256 {
 }
 
 /// AVX2 twin of [`super::scalar::vec_dot_bf16_f32`].
+///
+/// # Safety
+/// Needs AVX2 and FMA: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn vec_dot_bf16_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::BF16, n, w, a);

@@ -7,6 +7,9 @@ use crate::quant::simd::avx2::load_256;
 use crate::quant::simd::avx512::{hsum_ps, load_ps_bytes};
 use crate::types::WeightType;
 
+/// # Safety
+/// Needs AVX-512F and AVX2: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
 fn widen(b: &[u8; 32]) -> __m512 {
@@ -14,6 +17,11 @@ fn widen(b: &[u8; 32]) -> __m512 {
 }
 
 /// AVX-512 twin of [`super::scalar::vec_dot_bf16_f32`].
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI, AVX2 and FMA: calling it from code
+/// that does not enable these features is `unsafe`, and the caller must ensure the CPU
+/// supports them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 pub(crate) fn vec_dot_bf16_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::BF16, n, w, a);

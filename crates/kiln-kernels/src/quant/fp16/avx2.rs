@@ -7,6 +7,10 @@ use crate::quant::simd::avx2::{f16_at, hsum_ps, load_128, load_ps_bytes};
 use crate::types::WeightType;
 
 /// AVX2 twin of [`super::scalar::vec_dot_f16_f32`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_f16_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::F16, n, w, a);

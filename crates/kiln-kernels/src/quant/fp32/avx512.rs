@@ -7,6 +7,11 @@ use crate::quant::simd::avx512::{hsum_ps, load_ps_bytes};
 use crate::types::WeightType;
 
 /// AVX-512 twin of [`super::scalar::vec_dot_f32_f32`].
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI, AVX2 and FMA: calling it from code
+/// that does not enable these features is `unsafe`, and the caller must ensure the CPU
+/// supports them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 pub(crate) fn vec_dot_f32_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::F32, n, w, a);

@@ -12,6 +12,10 @@ use crate::types::WeightType;
 
 /// Adds one block to the accumulators: `acc += d_x·d_y·(q·a)` per lane and
 /// `mins += [_, m·s, _, _]`.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn block(x: &[u8; BLOCK], y: &[u8; Q8_BLOCK], acc: &mut __m256, mins: &mut __m128) {
@@ -23,6 +27,10 @@ fn block(x: &[u8; BLOCK], y: &[u8; Q8_BLOCK], acc: &mut __m256, mins: &mut __m12
 }
 
 /// AVX2 twin of [`super::scalar::vec_dot_q4_1_q8_1`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4_1_q8_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q4_1, n, w, a);

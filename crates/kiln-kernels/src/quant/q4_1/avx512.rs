@@ -12,6 +12,11 @@ use crate::quant::simd::avx512::{hsum_ps, join};
 use crate::types::WeightType;
 
 /// Adds blocks `x[0]`/`y[0]` and `x[1]`/`y[1]` to the accumulators.
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI, AVX2, FMA and F16C: calling it from
+/// code that does not enable these features is `unsafe`, and the caller must ensure the
+/// CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn pair(x: [&[u8; BLOCK]; 2], y: [&[u8; Q8_BLOCK]; 2], acc: &mut __m512, mins: &mut __m128) {
@@ -28,6 +33,11 @@ fn pair(x: [&[u8; BLOCK]; 2], y: [&[u8; Q8_BLOCK]; 2], acc: &mut __m512, mins: &
 }
 
 /// AVX-512 twin of [`super::scalar::vec_dot_q4_1_q8_1`].
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI, AVX2, FMA and F16C: calling it from
+/// code that does not enable these features is `unsafe`, and the caller must ensure the
+/// CPU supports them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4_1_q8_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q4_1, n, w, a);

@@ -10,6 +10,10 @@ use crate::quant::simd::avx2::{f16_at, hsum_ps, k_min_term, load_256};
 use crate::types::WeightType;
 
 /// AVX2 twin of [`super::scalar::vec_dot_q4_k_q8_k`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q4_K, n, w, a);

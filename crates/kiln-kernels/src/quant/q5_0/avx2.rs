@@ -12,6 +12,10 @@ use crate::quant::simd::avx2::{
 use crate::types::WeightType;
 
 /// The 32 signed values of a q5_0 block as bytes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn unpack(x: &[u8; BLOCK]) -> __m256i {
@@ -23,6 +27,10 @@ fn unpack(x: &[u8; BLOCK]) -> __m256i {
 }
 
 /// AVX2 twin of [`super::scalar::vec_dot_q5_0_q8_0`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q5_0_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q5_0, n, w, a);

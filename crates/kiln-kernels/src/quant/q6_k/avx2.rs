@@ -11,6 +11,10 @@ use crate::quant::simd::avx2::{f16_at, hsum_ps, load_256, q6k_scaled_bsums};
 use crate::types::WeightType;
 
 /// AVX2 twin of [`super::scalar::vec_dot_q6_k_q8_k`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q6_K, n, w, a);

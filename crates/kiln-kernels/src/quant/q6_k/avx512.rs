@@ -18,6 +18,11 @@ const GROUP_OF_LANE: [u8; 32] = [
 ];
 
 /// AVX-512 twin of [`super::scalar::vec_dot_q6_k_q8_k`].
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI, AVX2, FMA and F16C: calling it from
+/// code that does not enable these features is `unsafe`, and the caller must ensure the
+/// CPU supports them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q6_K, n, w, a);

@@ -10,6 +10,10 @@ use crate::quant::simd::avx2::{
 use crate::types::{ActType, WeightType};
 
 /// AVX2 twin of [`super::scalar::vec_dot_q8_0_q8_0`].
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn vec_dot_q8_0_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(WeightType::Q8_0, n, w, a);
@@ -22,6 +26,10 @@ pub(crate) fn vec_dot_q8_0_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// One block's quantization: `(d = max |x| / 127, the 32 rounded quants as i32)`.
 /// Shared with q8_1; bit-identical to the scalar reference (same multiply by 127/amax,
 /// round half to even — AVX's native rounding, as in llama.cpp).
+///
+/// # Safety
+/// Needs AVX2 and FMA: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_block(xb: &[f32; 32]) -> (f32, [__m256i; 4]) {
@@ -43,6 +51,10 @@ pub(crate) fn quantize_block(xb: &[f32; 32]) -> (f32, [__m256i; 4]) {
 }
 
 /// AVX2 twin of [`super::scalar::quantize_row_q8_0`] (bit-identical output).
+///
+/// # Safety
+/// Needs AVX2 and FMA: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
     check_act(ActType::Q8_0, x, out);

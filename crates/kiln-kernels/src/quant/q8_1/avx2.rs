@@ -9,6 +9,10 @@ use crate::quant::simd::avx2::{hsum_epi32, pack_i32_to_i8, store_256};
 use crate::types::ActType;
 
 /// AVX2 twin of [`super::scalar::quantize_row_q8_1`] (bit-identical output).
+///
+/// # Safety
+/// Needs AVX2 and FMA: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) {
     check_act(ActType::Q8_1, x, out);

@@ -4,6 +4,9 @@ use std::arch::x86_64::*;
 
 use crate::quant::block::sub;
 
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn load_256(b: &[u8; 32]) -> __m256i {
@@ -11,6 +14,9 @@ pub(crate) fn load_256(b: &[u8; 32]) -> __m256i {
     unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
 }
 
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn load_128(b: &[u8; 16]) -> __m128i {
@@ -19,6 +25,10 @@ pub(crate) fn load_128(b: &[u8; 16]) -> __m128i {
 }
 
 /// Eight little-endian f32 from 32 bytes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn load_ps_bytes(b: &[u8; 32]) -> __m256 {
@@ -26,6 +36,9 @@ pub(crate) fn load_ps_bytes(b: &[u8; 32]) -> __m256 {
     unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }
 }
 
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn load_ps(x: &[f32; 8]) -> __m256 {
@@ -33,6 +46,9 @@ pub(crate) fn load_ps(x: &[f32; 8]) -> __m256 {
     unsafe { _mm256_loadu_ps(x.as_ptr()) }
 }
 
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn store_256(out: &mut [u8; 32], v: __m256i) {
@@ -43,6 +59,10 @@ pub(crate) fn store_256(out: &mut [u8; 32], v: __m256i) {
 /// The f16 stored little-endian at `b[off..off + 2]`, widened by F16C (exact; two
 /// instructions instead of the portable bit manipulation, which matters when a kernel
 /// converts two or four scales per 32 values).
+///
+/// # Safety
+/// Needs AVX2 and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 pub(crate) fn f16_at(b: &[u8], off: usize) -> f32 {
@@ -52,6 +72,10 @@ pub(crate) fn f16_at(b: &[u8], off: usize) -> f32 {
 
 /// The four f16 at `x[0..4]` and `y[0..4]` widened at once: `[x0, x1, y0, y1]`
 /// (q4_1's `d, m` with q8_1's `d, s`).
+///
+/// # Safety
+/// Needs AVX2 and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 pub(crate) fn f16x4(x: &[u8; 4], y: &[u8; 4]) -> __m128 {
@@ -61,6 +85,10 @@ pub(crate) fn f16x4(x: &[u8; 4], y: &[u8; 4]) -> __m128 {
 
 /// `dx · dy` in lane 0, from the f16 scales of a weight and an activation block
 /// (widened together by one F16C instruction).
+///
+/// # Safety
+/// Needs AVX2 and F16C: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 pub(crate) fn scale_product(dx: &[u8; 2], dy: &[u8; 2]) -> __m128 {
@@ -72,6 +100,10 @@ pub(crate) fn scale_product(dx: &[u8; 2], dy: &[u8; 2]) -> __m128 {
 /// `Σ_blocks scale · Σ lanes` for 32-element blocks, where `block(x, y)` returns a
 /// block's scale (lane 0) and its integer dot as 8 × i32 partial sums. Pairs of blocks
 /// feed two independent FMA chains so the loop is not bound by FMA latency.
+///
+/// # Safety
+/// Needs AVX2 and FMA: calling it from code that does not enable these features is
+/// `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn sum_blocks<const WB: usize, const AB: usize>(
@@ -97,6 +129,10 @@ pub(crate) fn sum_blocks<const WB: usize, const AB: usize>(
 }
 
 /// Sum of the 8 lanes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn hsum_ps(v: __m256) -> f32 {
@@ -106,6 +142,10 @@ pub(crate) fn hsum_ps(v: __m256) -> f32 {
 }
 
 /// Largest of the 8 lanes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn hmax_ps(v: __m256) -> f32 {
@@ -115,6 +155,10 @@ pub(crate) fn hmax_ps(v: __m256) -> f32 {
 }
 
 /// Sum of the 4 lanes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn hsum_epi32_128(v: __m128i) -> i32 {
@@ -123,6 +167,10 @@ pub(crate) fn hsum_epi32_128(v: __m128i) -> i32 {
 }
 
 /// Sum of the 8 lanes.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
@@ -135,6 +183,10 @@ pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
 /// `u8 × i8` products summed in groups of four into 8 × i32. The pairwise i16 step
 /// saturates only if |u·s| pairs exceed 32767, which our operand ranges never reach
 /// (at most 128·127·2).
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
@@ -143,6 +195,10 @@ pub(crate) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
 
 /// `i8 × i8` products summed in groups of four, via |x| · (y · sign x). Exact unless
 /// `y` holds −128 where `x` is negative; our quantizers keep activations in ±127.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn mul_sum_i8_i8(x: __m256i, y: __m256i) -> __m256i {
@@ -151,6 +207,10 @@ pub(crate) fn mul_sum_i8_i8(x: __m256i, y: __m256i) -> __m256i {
 
 /// The 16 bytes of a 4-bit block as 32 values: low nibbles (elements 0..16) then high
 /// nibbles (elements 16..32), ggml's order.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn nibbles_32(b: &[u8; 16]) -> __m256i {
@@ -160,6 +220,10 @@ pub(crate) fn nibbles_32(b: &[u8; 16]) -> __m256i {
 }
 
 /// Byte `j` is 0xff where bit `j` of `bits` is set, else 0.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn bits_to_bytes(bits: u32) -> __m256i {
@@ -179,6 +243,10 @@ pub(crate) fn bits_to_bytes(bits: u32) -> __m256i {
 
 /// `Σ_s mins[s] · (bsums[2s] + bsums[2s+1])`: the min term of a q4_K/q5_K super-block
 /// against q8_K's 16-element sums (i16 pairs summed: at most 2·16·127, no overflow).
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn k_min_term(mins: &[u8; 8], bsums: &[u8; 32]) -> i32 {
@@ -189,6 +257,10 @@ pub(crate) fn k_min_term(mins: &[u8; 8], bsums: &[u8; 32]) -> i32 {
 }
 
 /// `Σ_g scales[g] · bsums[g]` over the 16 groups of a q6_K super-block.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn q6k_scaled_bsums(scales: &[u8; 16], bsums: &[u8; 32]) -> i32 {
@@ -197,6 +269,10 @@ pub(crate) fn q6k_scaled_bsums(scales: &[u8; 16], bsums: &[u8; 32]) -> i32 {
 }
 
 /// Packs 4 × 8 i32 (each within i8 range) into 32 bytes in lane order.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn pack_i32_to_i8(v: [__m256i; 4]) -> __m256i {

@@ -2,6 +2,9 @@
 
 use std::arch::x86_64::*;
 
+/// # Safety
+/// Needs AVX-512F: calling it from code that does not enable that feature is `unsafe`,
+/// and the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) fn load_512(b: &[u8; 64]) -> __m512i {
@@ -10,6 +13,10 @@ pub(crate) fn load_512(b: &[u8; 64]) -> __m512i {
 }
 
 /// Sixteen little-endian f32 from 64 bytes.
+///
+/// # Safety
+/// Needs AVX-512F: calling it from code that does not enable that feature is `unsafe`,
+/// and the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) fn load_ps_bytes(b: &[u8; 64]) -> __m512 {
@@ -18,6 +25,10 @@ pub(crate) fn load_ps_bytes(b: &[u8; 64]) -> __m512 {
 }
 
 /// `lo` in bytes 0..32, `hi` in bytes 32..64.
+///
+/// # Safety
+/// Needs AVX-512F: calling it from code that does not enable that feature is `unsafe`,
+/// and the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) fn join(lo: __m256i, hi: __m256i) -> __m512i {
@@ -26,6 +37,10 @@ pub(crate) fn join(lo: __m256i, hi: __m256i) -> __m512i {
 
 /// Per-lane scales for two 32-element blocks sharing a register: `dx0·dy0` in lanes
 /// 0..8 and `dx1·dy1` in lanes 8..16, from the four f16 scales (one F16C conversion).
+///
+/// # Safety
+/// Needs AVX-512F, AVX2 and F16C: calling it from code that does not enable these
+/// features is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,f16c")]
 pub(crate) fn pair_scales(dx: [&[u8; 2]; 2], dy: [&[u8; 2]; 2]) -> __m512 {
@@ -39,6 +54,10 @@ pub(crate) fn pair_scales(dx: [&[u8; 2]; 2], dy: [&[u8; 2]; 2]) -> __m512 {
 
 /// The 32 bytes of a k-quant nibble pair as 64 values: low nibbles in bytes 0..32,
 /// high nibbles in bytes 32..64 (one broadcast, one per-half variable shift).
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW and AVX2: calling it from code that does not enable these
+/// features is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
 pub(crate) fn nibbles_64(b: &[u8; 32]) -> __m512i {
@@ -48,6 +67,10 @@ pub(crate) fn nibbles_64(b: &[u8; 32]) -> __m512i {
 }
 
 /// The eight 6-bit sub-block scales of a q4_K/q5_K super-block as i16 lanes 0..8.
+///
+/// # Safety
+/// Needs AVX-512F, AVX-512BW and AVX2: calling it from code that does not enable these
+/// features is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
 pub(crate) fn k_scales(sc: &[u8; 8]) -> __m512i {
@@ -57,6 +80,10 @@ pub(crate) fn k_scales(sc: &[u8; 8]) -> __m512i {
 
 /// Scales of sub-blocks `2j` (i16 lanes 0..16) and `2j+1` (lanes 16..32) from
 /// [`k_scales`], matching the `maddubs` products of [`nibbles_64`] × 64 activations.
+///
+/// # Safety
+/// Needs AVX-512F and AVX-512BW: calling it from code that does not enable these features
+/// is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(crate) fn k_pair_scales(scales: __m512i, j: usize) -> __m512i {
@@ -71,6 +98,10 @@ pub(crate) fn k_pair_scales(scales: __m512i, j: usize) -> __m512i {
 /// `Σ u·s` of unsigned × signed bytes in groups of four (VNNI; no saturation), minus
 /// `Σ c·s` for the constant byte `c`: the dot of `u − c` with `s`, for weights stored
 /// with an offset (`c` = 8 for q4_0, 16 for q5_0, 128 for xor-flipped q8_0).
+///
+/// # Safety
+/// Needs AVX-512F and AVX-512VNNI: calling it from code that does not enable these
+/// features is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
 pub(crate) fn dot_offset(u: __m512i, s: __m512i, c: u8) -> __m512i {
@@ -82,6 +113,10 @@ pub(crate) fn dot_offset(u: __m512i, s: __m512i, c: u8) -> __m512i {
 }
 
 /// The 256-bit form of [`dot_offset`], for an odd trailing block.
+///
+/// # Safety
+/// Needs AVX-512VL and AVX-512VNNI: calling it from code that does not enable these
+/// features is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512vl,avx512vnni")]
 pub(crate) fn dot_offset_256(u: __m256i, s: __m256i, c: u8) -> __m256i {
@@ -97,6 +132,10 @@ pub(crate) fn dot_offset_256(u: __m256i, s: __m256i, c: u8) -> __m256i {
 /// (lanes 0..8) and `x[1]`/`y[1]` (lanes 8..16); `single` handles an odd last block
 /// (scale in lane 0).
 /// Two pairs per step feed two independent FMA chains.
+///
+/// # Safety
+/// Needs AVX-512F, AVX2 and FMA: calling it from code that does not enable these features
+/// is `unsafe`, and the caller must ensure the CPU supports them.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) fn sum_block_pairs<const WB: usize, const AB: usize>(
@@ -131,6 +170,10 @@ pub(crate) fn sum_block_pairs<const WB: usize, const AB: usize>(
 }
 
 /// Sum of the 16 lanes.
+///
+/// # Safety
+/// Needs AVX-512F: calling it from code that does not enable that feature is `unsafe`,
+/// and the caller must ensure the CPU supports it.
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) fn hsum_ps(v: __m512) -> f32 {
