@@ -54,7 +54,15 @@ pub fn available_memory() -> Option<usize> {
     Some(kb * 1024)
 }
 
+/// Most KV cache a model takes when none is configured.
 const DEFAULT_KV_CAP: usize = 4 << 30;
+
+/// The KV cache a model may take when none is configured: a quarter of available
+/// memory, at most 4 GiB. (A model that needs less for `max_num_seqs` full contexts
+/// takes only that.)
+pub fn default_kv_cache_cap() -> usize {
+    available_memory().map_or(DEFAULT_KV_CAP, |m| (m / 4).min(DEFAULT_KV_CAP))
+}
 
 pub struct ServingModel {
     pub name: String,
@@ -98,10 +106,9 @@ impl ServingModel {
             .block_bytes(opts.kv_dtype);
         let context = opts.max_model_len.unwrap_or(model_config.context_length);
         let wanted = opts.max_num_seqs * context.div_ceil(opts.block_size) * block_bytes;
-        let kv_bytes = opts.kv_cache_bytes.unwrap_or_else(|| {
-            let cap = available_memory().map_or(DEFAULT_KV_CAP, |m| (m / 4).min(DEFAULT_KV_CAP));
-            wanted.min(cap)
-        });
+        let kv_bytes = opts
+            .kv_cache_bytes
+            .unwrap_or_else(|| wanted.min(default_kv_cache_cap()));
         let num_kv_blocks = EngineConfig::blocks_for_budget(kv_bytes, block_bytes);
         let fits = num_kv_blocks * opts.block_size;
         let max_model_len = opts

@@ -7,6 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::ErrorResponse;
+use kiln_host::{HostError, ModelKind};
 
 /// Seconds a 429 or 503 asks the client to wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
@@ -236,12 +237,83 @@ impl IntoResponse for ApiError {
 
 impl From<kiln_engine::Error> for ApiError {
     fn from(e: kiln_engine::Error) -> Self {
+        ApiError::from(HostError::from(e))
+    }
+}
+
+impl From<HostError> for ApiError {
+    fn from(e: HostError) -> Self {
         match e {
-            kiln_engine::Error::Validation(message) => ApiError::InvalidRequest {
+            HostError::ModelNotFound { model, served } => ApiError::ModelNotFound { model, served },
+            HostError::WrongModelTask {
+                model,
+                task,
+                wanted,
+            } => {
+                let endpoints = ModelKind::from_task(&task).map_or_else(
+                    || "nothing: the server can't run this task".to_string(),
+                    |k| endpoints(k, &model),
+                );
+                ApiError::WrongModelTask {
+                    model,
+                    task,
+                    wanted: wanted.task(),
+                    endpoints,
+                }
+            }
+            e @ (HostError::NoModelOfKind { .. } | HostError::TwoAdapters { .. }) => {
+                let param = if matches!(e, HostError::TwoAdapters { .. }) {
+                    "lora"
+                } else {
+                    "model"
+                };
+                ApiError::invalid(param, e.to_string())
+            }
+            HostError::QueueFull { model, limit } => ApiError::QueueFull { model, limit },
+            HostError::Busy { model, running } => ApiError::Busy { model, running },
+            HostError::ShuttingDown => ApiError::ShuttingDown,
+            HostError::ModelLoading { model } => ApiError::ModelLoading { model },
+            HostError::ModelUnavailable { model, reason } => {
+                ApiError::ModelUnavailable { model, reason }
+            }
+            HostError::NoRoom {
+                model,
+                need,
+                budget,
+                held,
+            } => ApiError::NoRoom {
+                model,
+                need,
+                budget,
+                held,
+            },
+            HostError::AdapterNotFound {
+                model,
+                adapter,
+                available,
+            } => ApiError::AdapterNotFound {
+                model,
+                adapter,
+                available,
+            },
+            HostError::AdapterMismatch {
+                model,
+                adapter,
+                reason,
+            } => ApiError::AdapterMismatch {
+                model,
+                adapter,
+                reason,
+            },
+            HostError::AdapterInvalid { adapter, reason } => {
+                ApiError::AdapterInvalid { adapter, reason }
+            }
+            HostError::Aborted => ApiError::Aborted,
+            HostError::Invalid(message) => ApiError::InvalidRequest {
                 param: None,
                 message,
             },
-            kiln_engine::Error::ContextLength {
+            HostError::ContextLength {
                 prompt,
                 max_tokens,
                 max_model_len,
@@ -251,9 +323,20 @@ impl From<kiln_engine::Error> for ApiError {
                 max_model_len,
                 param: "max_tokens".into(),
             },
-            kiln_engine::Error::ShuttingDown => ApiError::ShuttingDown,
+            HostError::Internal(message) => ApiError::Internal(message),
             other => ApiError::Internal(other.to_string()),
         }
+    }
+}
+
+/// The endpoints that serve model `model` of kind `kind`, for error messages.
+pub fn endpoints(kind: ModelKind, model: &str) -> String {
+    match kind {
+        ModelKind::Generate => {
+            format!("POST /v1/chat/completions, POST /v1/completions or POST /ai/run/{model}")
+        }
+        ModelKind::Embed => format!("POST /v1/embeddings or POST /ai/run/{model}"),
+        ModelKind::Classify => format!("POST /ai/run/{model}"),
     }
 }
 
@@ -273,10 +356,8 @@ pub enum Error {
     Load { model: String, reason: String },
     #[error("usage metering: {0}")]
     Usage(#[from] kiln_usage::Error),
-    #[error("no models to serve")]
-    NoModels,
-    #[error("two served models are both called `{0}`")]
-    DuplicateName(String),
+    #[error(transparent)]
+    Setup(#[from] kiln_host::SetupError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -311,6 +392,29 @@ mod tests {
         );
         assert_eq!(body.param.as_deref(), Some("max_tokens"));
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn a_wrong_model_task_names_the_right_endpoints() {
+        let e = ApiError::from(ModelKind::mismatch(
+            ModelKind::Generate,
+            "minilm",
+            "embeddings",
+        ));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`minilm` is an embeddings model")
+                && msg.contains("use POST /v1/embeddings or POST /ai/run/minilm"),
+            "{msg}"
+        );
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(e.param().as_deref(), Some("model"));
+        let e = ApiError::from(ModelKind::mismatch(
+            ModelKind::Embed,
+            "smol",
+            "text-generation",
+        ));
+        assert!(e.to_string().contains("`smol` is a text-generation model"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! One request's use of a model: who is calling (for metering), whether the model was
-//! warm (for the `x-kiln-warm` header), and the [`Lease`] that keeps the model loaded
-//! while the request runs and records what it consumed.
+//! Who is calling (for metering) and whether the model was warm (for the `x-kiln-warm`
+//! header), read from a request's extensions; and the usage sink that meters what a
+//! request's [`Lease`] consumed.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -9,14 +9,8 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use kiln_api::Usage;
-use kiln_encoder::{Classifier, Embedder};
-use kiln_engine::ServingModel;
+use kiln_host::{Lease, TokenUsage, UsageSink};
 use kiln_usage::{Meter, UsageRecord};
-
-use crate::encoder::Encoder;
-use crate::error::ApiError;
-use crate::kind::ModelKind;
-use crate::slot::{Hold, LoadedModel, ModelSlot};
 
 /// The header saying whether the model was loaded when the request arrived.
 pub const WARM_HEADER: &str = "x-kiln-warm";
@@ -89,80 +83,29 @@ impl<S: Send + Sync> FromRequestParts<S> for CallContext {
     }
 }
 
-/// A loaded model held for one request: it is not unloaded while the lease lives.
-/// Dropped when the response ends (for a stream, when its body does).
-pub struct Lease {
-    pub(crate) model: LoadedModel,
-    pub(crate) warm: bool,
-    pub(crate) caller: Caller,
-    pub(crate) meter: Option<Arc<Meter>>,
-    pub(crate) hold: Hold,
-}
-
-impl Lease {
-    pub fn slot(&self) -> &Arc<ModelSlot> {
-        self.hold.slot()
-    }
-
-    pub fn model(&self) -> &LoadedModel {
-        &self.model
-    }
-
-    /// Whether the model was already loaded when the request arrived.
-    pub fn warm(&self) -> bool {
-        self.warm
-    }
-
-    pub fn caller(&self) -> &Caller {
-        &self.caller
-    }
-
-    /// The text-generation model, or 400 when the model does something else.
-    pub fn generator(&self) -> Result<Arc<ServingModel>, ApiError> {
-        match &self.model {
-            LoadedModel::Generate(m) => Ok(m.clone()),
-            _ => Err(self.mismatch(ModelKind::Generate)),
-        }
-    }
-
-    /// The embedding model, or 400 when the model does something else.
-    pub fn embedder(&self) -> Result<Arc<Encoder<Embedder>>, ApiError> {
-        match &self.model {
-            LoadedModel::Embed(m) => Ok(m.clone()),
-            _ => Err(self.mismatch(ModelKind::Embed)),
-        }
-    }
-
-    /// The text classifier, or 400 when the model does something else.
-    pub fn classifier(&self) -> Result<Arc<Encoder<Classifier>>, ApiError> {
-        match &self.model {
-            LoadedModel::Classify(m) => Ok(m.clone()),
-            _ => Err(self.mismatch(ModelKind::Classify)),
-        }
-    }
-
-    fn mismatch(&self, wanted: ModelKind) -> ApiError {
-        ModelKind::mismatch(wanted, &self.slot().name, self.model.kind().task())
-    }
-
-    /// Adds one request's consumption to the caller's usage of this model.
-    pub fn record_usage(&self, usage: &Usage) {
-        let Some(meter) = &self.meter else { return };
-        let cached = usage.prompt_tokens_details.cached_tokens;
+/// The usage sink of a request by `caller`: its tokens and neurons go to `meter` under
+/// the caller's key and the model's name.
+pub fn usage_sink(meter: Arc<Meter>, caller: Caller) -> UsageSink {
+    Box::new(move |lease: &Lease, usage: TokenUsage| {
         meter.record(UsageRecord {
-            key_id: self.caller.key_id.clone(),
-            label: self.caller.label.clone(),
-            model: self.slot().name.clone(),
+            key_id: caller.key_id,
+            label: caller.label,
+            model: lease.hosted().name.clone(),
             requests: 1,
-            prompt_tokens: usage.prompt_tokens,
-            cached_tokens: cached,
-            completion_tokens: usage.completion_tokens,
+            prompt_tokens: usage.prompt,
+            cached_tokens: usage.cached,
+            completion_tokens: usage.completion,
             neurons: kiln_usage::neurons(
-                self.model.parameters(),
-                usage.prompt_tokens,
-                cached,
-                usage.completion_tokens,
+                lease.model().parameters(),
+                usage.prompt,
+                usage.cached,
+                usage.completion,
             ),
         });
-    }
+    })
+}
+
+/// OpenAI's usage object for `usage`.
+pub fn api_usage(usage: TokenUsage) -> Usage {
+    Usage::new(usage.prompt, usage.completion, usage.cached)
 }

@@ -6,136 +6,9 @@
 //! which that crate would need custom collectors for; the rest are a few counters and
 //! fixed-bucket histograms that are a handful of atomics each. No locks on the hot path.
 
+use kiln_engine::StatsSnapshot;
+use kiln_host::metrics::{Histogram, ModelMetrics};
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
-
-use kiln_engine::{FinishReason, StatsSnapshot};
-
-/// Latency buckets in seconds (the same spans vLLM uses, so dashboards carry over).
-const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0,
-];
-const ITL_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-    10.0, 20.0, 40.0, 80.0,
-];
-const REQUEST_BUCKETS: &[f64] = &[
-    0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
-];
-/// Model load times in seconds.
-const LOAD_BUCKETS: &[f64] = &[
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
-];
-
-#[derive(Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-/// Fixed buckets; the sum is kept in nanoseconds so it stays an integer atomic.
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Per-bucket (not cumulative) counts; the last is `+Inf`.
-    counts: Box<[AtomicU64]>,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_ns: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = self
-            .bounds
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Relaxed);
-        self.sum_ns
-            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
-    }
-
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum()
-    }
-}
-
-/// What the server itself measures for one model.
-pub struct ModelMetrics {
-    pub prompt_tokens: Counter,
-    pub success_stop: Counter,
-    pub success_length: Counter,
-    pub success_abort: Counter,
-    pub rejected_queue_full: Counter,
-    pub rejected_busy: Counter,
-    /// Requests whose model was loaded when they arrived, and those that waited for it.
-    pub requests_warm: Counter,
-    pub requests_cold: Counter,
-    /// Times the model was unloaded to make room for another.
-    pub unloads: Counter,
-    pub load_failures: Counter,
-    /// LoRA adapters loaded for the model (a reload after eviction counts again).
-    pub adapter_loads: Counter,
-    pub model_load: Histogram,
-    pub time_to_first_token: Histogram,
-    pub inter_token_latency: Histogram,
-    pub e2e_request_latency: Histogram,
-    pub request_queue_time: Histogram,
-    pub request_prefill_time: Histogram,
-    pub request_decode_time: Histogram,
-}
-
-impl Default for ModelMetrics {
-    fn default() -> Self {
-        Self {
-            prompt_tokens: Counter::default(),
-            success_stop: Counter::default(),
-            success_length: Counter::default(),
-            success_abort: Counter::default(),
-            rejected_queue_full: Counter::default(),
-            rejected_busy: Counter::default(),
-            requests_warm: Counter::default(),
-            requests_cold: Counter::default(),
-            unloads: Counter::default(),
-            load_failures: Counter::default(),
-            adapter_loads: Counter::default(),
-            model_load: Histogram::new(LOAD_BUCKETS),
-            time_to_first_token: Histogram::new(TTFT_BUCKETS),
-            inter_token_latency: Histogram::new(ITL_BUCKETS),
-            e2e_request_latency: Histogram::new(REQUEST_BUCKETS),
-            request_queue_time: Histogram::new(REQUEST_BUCKETS),
-            request_prefill_time: Histogram::new(REQUEST_BUCKETS),
-            request_decode_time: Histogram::new(REQUEST_BUCKETS),
-        }
-    }
-}
-
-impl ModelMetrics {
-    pub fn finished(&self, reason: FinishReason) {
-        match reason {
-            FinishReason::Stop => self.success_stop.add(1),
-            FinishReason::Length => self.success_length.add(1),
-            FinishReason::Abort => self.success_abort.add(1),
-        }
-    }
-}
 
 /// One model's values at scrape time.
 pub struct ModelSample<'a> {
@@ -478,10 +351,10 @@ fn sample(out: &mut String, name: &str, model: &str, extra: &[(&str, &str)], val
 
 fn histogram(out: &mut String, name: &str, model: &str, h: &Histogram) {
     let mut cumulative = 0u64;
-    for (i, c) in h.counts.iter().enumerate() {
-        cumulative += c.load(Relaxed);
+    for (i, c) in h.bucket_counts().enumerate() {
+        cumulative += c;
         let le = h
-            .bounds
+            .bounds()
             .get(i)
             .map_or_else(|| "+Inf".to_string(), |b| number(*b));
         sample(
@@ -492,13 +365,7 @@ fn histogram(out: &mut String, name: &str, model: &str, h: &Histogram) {
             cumulative as f64,
         );
     }
-    sample(
-        out,
-        &format!("{name}_sum"),
-        model,
-        &[],
-        h.sum_ns.load(Relaxed) as f64 / 1e9,
-    );
+    sample(out, &format!("{name}_sum"), model, &[], h.sum_seconds());
     sample(out, &format!("{name}_count"), model, &[], cumulative as f64);
 }
 
@@ -519,6 +386,8 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -13,14 +13,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kiln_host::{HostError, HostedModel, ModelSource};
 use kiln_usage::{Meter, UsageStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::app;
 use crate::error::{Error, Result};
-use crate::slot::ModelSlot;
-pub use crate::source::ModelSource;
 use crate::state::{AppState, ServerConfig};
 
 /// Where to listen, how long to wait for in-flight requests at shutdown, and where
@@ -57,11 +56,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let single = models.len() == 1;
-    let slots = models
+    let hosted_models = models
         .into_iter()
         .map(|mut m| {
             m.pin |= single;
-            ModelSlot::from_source(m, opts.server.max_queued)
+            HostedModel::from_source(m, opts.server.max_queued)
         })
         .collect();
     let meter = match &opts.usage_db {
@@ -72,7 +71,7 @@ pub async fn serve(
         }
         None => None,
     };
-    let state = AppState::with_meter(opts.server.clone(), slots, meter)?;
+    let state = AppState::with_meter(opts.server.clone(), hosted_models, meter)?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!("listening on http://{addr}");
 
@@ -132,7 +131,7 @@ pub async fn serve(
         Err(e) if e.is_cancelled() => Ok(()),
         Err(e) => Err(Error::Serve(std::io::Error::other(e))),
     };
-    shutdown_models(&state).await;
+    state.host().stop_models().await;
     let flushed = match state.meter().cloned() {
         Some(meter) => tokio::task::spawn_blocking(move || meter.flush())
             .await
@@ -146,35 +145,17 @@ pub async fn serve(
 
 /// Loads each pinned model in turn; on a failure, stops the server.
 async fn load_pinned(state: &AppState, stop: &watch::Sender<bool>) -> Result<()> {
-    for slot in state.models().iter().filter(|s| s.pinned) {
-        if *stop.borrow() {
-            return Ok(());
-        }
-        if let Err(e) = state.pool().ensure_loaded(slot).await {
-            tracing::error!(model = %slot.name, error = %e, "cannot load pinned model; shutting down");
-            let _ = stop.send(true);
-            let reason = match e {
-                crate::error::ApiError::ModelUnavailable { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            return Err(Error::Load {
-                model: slot.name.clone(),
-                reason,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Drains every engine and joins its thread. A model still referenced (requests that
-/// outlived the deadline) is only told to drain; its thread ends with the process.
-async fn shutdown_models(state: &AppState) {
-    for slot in state.models() {
-        let Some(model) = slot.take() else { continue };
-        let name = slot.name.clone();
-        let _ = tokio::task::spawn_blocking(move || model.stop()).await;
-        tracing::info!(model = %name, "engine stopped");
-    }
+    let loaded = state.host().load_pinned(|| *stop.borrow()).await;
+    let Err((model, e)) = loaded else {
+        return Ok(());
+    };
+    tracing::error!(%model, error = %e, "cannot load pinned model; shutting down");
+    let _ = stop.send(true);
+    let reason = match e {
+        HostError::ModelUnavailable { reason, .. } => reason,
+        other => other.to_string(),
+    };
+    Err(Error::Load { model, reason })
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).

@@ -2,20 +2,17 @@
 //! budget, API and admin keys, limits, the usage meter and the shutdown flag.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_engine::ServingModel;
-use kiln_model::LoraAdapter;
+use kiln_host::{
+    AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
+};
 use kiln_usage::Meter;
 
-use crate::error::{ApiError, Error, Result};
-use crate::kind::ModelKind;
-use crate::lease::{CallContext, Lease};
-use crate::lora::{AdapterCache, LoraConfig};
-use crate::pool::ModelPool;
-use crate::slot::{LoadedModel, ModelSlot};
+use crate::error::{ApiError, Result};
+use crate::lease::{usage_sink, CallContext};
 
 /// One accepted bearer token and the label its usage is reported under.
 #[derive(Clone, PartialEq, Eq)]
@@ -92,44 +89,29 @@ impl Default for ServerConfig {
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    pool: ModelPool,
+    host: Host,
     config: ServerConfig,
     meter: Option<Arc<Meter>>,
-    adapters: AdapterCache,
-    shutting_down: AtomicBool,
 }
 
 impl AppState {
     /// State over `models` (the first is the default for requests that name none),
     /// without usage metering.
-    pub fn new(config: ServerConfig, models: Vec<ModelSlot>) -> Result<Self> {
+    pub fn new(config: ServerConfig, models: Vec<HostedModel>) -> Result<Self> {
         Self::with_meter(config, models, None)
     }
 
     /// State over `models` whose requests are metered into `meter`.
     pub fn with_meter(
         config: ServerConfig,
-        models: Vec<ModelSlot>,
+        models: Vec<HostedModel>,
         meter: Option<Arc<Meter>>,
     ) -> Result<Self> {
-        if models.is_empty() {
-            return Err(Error::NoModels);
-        }
-        for (i, m) in models.iter().enumerate() {
-            let names = std::iter::once(&m.name).chain(&m.aliases);
-            for n in names {
-                if models[..i].iter().any(|o| o.is_named(n)) {
-                    return Err(Error::DuplicateName(n.clone()));
-                }
-            }
-        }
-        let slots = models.into_iter().map(Arc::new).collect();
+        let host = Host::new(models, config.models_memory, config.lora.clone())?;
         Ok(Self(Arc::new(Inner {
-            pool: ModelPool::new(slots, config.models_memory),
-            adapters: AdapterCache::new(config.lora.clone()),
+            host,
             config,
             meter,
-            shutting_down: AtomicBool::new(false),
         })))
     }
 
@@ -140,21 +122,25 @@ impl AppState {
         task: &str,
         model: Arc<ServingModel>,
     ) -> Result<Self> {
-        let slot =
-            ModelSlot::preloaded(name, task, LoadedModel::Generate(model), config.max_queued);
-        Self::new(config, vec![slot])
+        let hosted =
+            HostedModel::preloaded(name, task, LoadedModel::Generate(model), config.max_queued);
+        Self::new(config, vec![hosted])
     }
 
     pub fn config(&self) -> &ServerConfig {
         &self.0.config
     }
 
-    pub fn models(&self) -> &[Arc<ModelSlot>] {
-        self.0.pool.slots()
+    pub fn host(&self) -> &Host {
+        &self.0.host
     }
 
-    pub fn pool(&self) -> &ModelPool {
-        &self.0.pool
+    pub fn models(&self) -> &[Arc<HostedModel>] {
+        self.0.host.models()
+    }
+
+    pub fn adapters(&self) -> &AdapterCache {
+        self.0.host.adapters()
     }
 
     /// Where requests' usage goes, when metering is on.
@@ -162,136 +148,56 @@ impl AppState {
         self.0.meter.as_ref()
     }
 
-    /// The model a request names (name or alias, case-insensitive, with or without
-    /// Workers AI's `@kiln/` prefix); the first model when it names none.
-    pub fn resolve(&self, name: Option<&str>) -> std::result::Result<Arc<ModelSlot>, ApiError> {
-        let models = self.models();
-        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
-            return models
-                .first()
-                .cloned()
-                .ok_or(ApiError::Internal("no models".into()));
-        };
-        let bare = name.strip_prefix("@kiln/").unwrap_or(name);
-        models
-            .iter()
-            .find(|m| m.is_named(name) || m.is_named(bare))
-            .cloned()
-            .ok_or_else(|| ApiError::ModelNotFound {
-                model: name.to_string(),
-                served: models
-                    .iter()
-                    .map(|m| m.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+    /// The model a request names ([`Host::resolve`]).
+    pub fn resolve(&self, name: Option<&str>) -> std::result::Result<Arc<HostedModel>, ApiError> {
+        Ok(self.0.host.resolve(name)?)
     }
 
-    /// Like [`AppState::resolve`] for an endpoint that needs a model of kind `kind`:
-    /// a request that names none gets the first such model, and one that names a model
-    /// of another kind gets a 400 naming that model's endpoints (before anything loads).
+    /// The model of kind `kind` a request names or defaults to ([`Host::resolve_for`]).
     pub fn resolve_for(
         &self,
         name: Option<&str>,
         kind: ModelKind,
-    ) -> std::result::Result<Arc<ModelSlot>, ApiError> {
-        if name.is_some_and(|n| !n.trim().is_empty()) {
-            let slot = self.resolve(name)?;
-            slot.require(kind)?;
-            return Ok(slot);
-        }
-        if let Some(slot) = self.models().iter().find(|m| m.kind == Some(kind)) {
-            return Ok(slot.clone());
-        }
-        Err(ApiError::invalid(
-            "model",
-            format!(
-                "no {} model is served; served models: {}",
-                kind.task(),
-                self.models()
-                    .iter()
-                    .map(|m| format!("{} ({})", m.name, m.task))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ))
+    ) -> std::result::Result<Arc<HostedModel>, ApiError> {
+        Ok(self.0.host.resolve_for(name, kind)?)
     }
 
-    /// The named model for one request, loaded (waiting for its load if needed) and held
-    /// until the lease is dropped. Records warm or cold in `ctx` and the metrics.
-    pub async fn lease(
-        &self,
-        name: Option<&str>,
-        ctx: &CallContext,
-    ) -> std::result::Result<Lease, ApiError> {
-        let slot = self.resolve(name)?;
-        self.lease_slot(slot, ctx).await
-    }
-
-    /// [`AppState::lease`] on a model of kind `kind` ([`AppState::resolve_for`]).
+    /// A lease on the model of kind `kind` a request names, loaded (waiting for its
+    /// load if needed) and held until the lease is dropped.
     pub async fn lease_for(
         &self,
         name: Option<&str>,
         ctx: &CallContext,
         kind: ModelKind,
     ) -> std::result::Result<Lease, ApiError> {
-        let slot = self.resolve_for(name, kind)?;
-        self.lease_slot(slot, ctx).await
+        let hosted = self.resolve_for(name, kind)?;
+        self.lease_hosted(hosted, ctx).await
     }
 
-    /// A lease on `slot`, loading it first if needed.
-    pub async fn lease_slot(
+    /// A lease on `hosted`, loading it first if needed. Records warm or cold in `ctx`,
+    /// and sends the request's usage to the meter under the caller's key.
+    pub async fn lease_hosted(
         &self,
-        slot: Arc<ModelSlot>,
+        hosted: Arc<HostedModel>,
         ctx: &CallContext,
     ) -> std::result::Result<Lease, ApiError> {
-        let acquired = self.0.pool.acquire(&slot).await.inspect_err(|_| {
+        let mut lease = self.0.host.lease(hosted).await.inspect_err(|_| {
             ctx.warmth.set(false);
         })?;
-        ctx.warmth.set(acquired.warm);
-        if acquired.warm {
-            slot.metrics.requests_warm.add(1);
-        } else {
-            slot.metrics.requests_cold.add(1);
+        ctx.warmth.set(lease.warm());
+        if let Some(meter) = &self.0.meter {
+            lease.set_usage_sink(usage_sink(meter.clone(), ctx.caller.clone()));
         }
-        Ok(Lease {
-            model: acquired.model,
-            warm: acquired.warm,
-            caller: ctx.caller.clone(),
-            meter: self.0.meter.clone(),
-            hold: acquired.hold,
-        })
+        Ok(lease)
     }
 
-    pub fn adapters(&self) -> &AdapterCache {
-        &self.0.adapters
-    }
-
-    /// The model and adapter names a request gives: `model: "base:adapter"` (when no
-    /// model is named that whole) or `model` plus `lora`; naming two adapters is a 400.
+    /// The model and adapter names a request gives ([`Host::split_adapter`]).
     pub fn split_adapter<'a>(
         &self,
         model: Option<&'a str>,
         lora: Option<&'a str>,
     ) -> std::result::Result<(Option<&'a str>, Option<&'a str>), ApiError> {
-        let lora = lora.map(str::trim).filter(|l| !l.is_empty());
-        let Some((base, adapter)) = model
-            .filter(|m| self.resolve(Some(m)).is_err())
-            .and_then(|m| m.rsplit_once(':'))
-            .filter(|(base, _)| self.resolve(Some(base)).is_ok())
-        else {
-            return Ok((model, lora));
-        };
-        if lora.is_some_and(|l| l != adapter) {
-            return Err(ApiError::invalid(
-                "lora",
-                format!(
-                    "`model` names adapter `{adapter}` but `lora` names `{}`",
-                    lora.unwrap_or("")
-                ),
-            ));
-        }
-        Ok((Some(base), Some(adapter)))
+        Ok(self.0.host.split_adapter(model, lora)?)
     }
 
     /// A lease on the text model a request names, with its adapter when it names one
@@ -301,7 +207,7 @@ impl AppState {
         model: Option<&str>,
         lora: Option<&str>,
         ctx: &CallContext,
-    ) -> std::result::Result<(Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>), ApiError> {
+    ) -> std::result::Result<Generator, ApiError> {
         let (model, lora) = self.split_adapter(model, lora)?;
         let lease = self.lease_for(model, ctx, ModelKind::Generate).await?;
         self.with_adapter(lease, lora).await
@@ -312,32 +218,22 @@ impl AppState {
         &self,
         lease: Lease,
         lora: Option<&str>,
-    ) -> std::result::Result<(Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>), ApiError> {
-        let model = lease.generator()?;
-        let adapter = match lora {
-            Some(name) => Some(self.0.adapters.get(lease.slot(), &model, name).await?),
-            None => None,
-        };
-        Ok((lease, model, adapter))
+    ) -> std::result::Result<Generator, ApiError> {
+        Ok(self.0.host.with_adapter(lease, lora).await?)
     }
 
     /// New requests get 503 from now on; in-flight ones carry on.
     pub fn begin_shutdown(&self) {
-        self.0.shutting_down.store(true, Ordering::Release);
+        self.0.host.begin_shutdown();
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.0.shutting_down.load(Ordering::Acquire)
+        self.0.host.is_shutting_down()
     }
 
     /// Every pinned model loaded and not shutting down (unpinned models load on demand).
     pub fn is_ready(&self) -> bool {
-        !self.is_shutting_down()
-            && self
-                .models()
-                .iter()
-                .filter(|m| m.pinned)
-                .all(|m| m.is_ready())
+        self.0.host.is_ready()
     }
 }
 

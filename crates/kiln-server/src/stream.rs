@@ -20,7 +20,9 @@ use serde::Serialize;
 use tracing::{Instrument, Span};
 
 use crate::error::ApiError;
-use crate::generation::{ChoiceEvent, Generation};
+use kiln_host::{ChoiceEvent, Generation};
+
+use crate::lease::api_usage;
 
 /// Turns a generation's events into the endpoint's JSON chunks.
 pub trait ChunkFormat: Send + 'static {
@@ -90,7 +92,11 @@ pub fn sse<F: ChunkFormat>(gen: Generation, mut fmt: F, span: Span) -> Response 
                 }
                 Some(ev) => st.fmt.event(ev, &mut out),
                 None => {
-                    let usage = st.gen.take().map(|g| g.usage()).unwrap_or_default();
+                    let usage = st
+                        .gen
+                        .take()
+                        .map(|g| api_usage(g.usage()))
+                        .unwrap_or_default();
                     st.fmt.end(usage, &mut out);
                     out.push("[DONE]".into());
                     st.done = true;

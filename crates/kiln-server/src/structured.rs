@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use kiln_api::structured::{GuidedFields, ResponseFormat, StructuredOutputs, Tool};
-use kiln_constrain::{ConstraintEnv, GrammarSpec, ToolCallSpec, ToolDef, ToolFormat, ToolMode};
+use kiln_constrain::{GrammarSpec, ToolCallSpec, ToolDef, ToolFormat, ToolMode};
 use kiln_engine::{ConstraintFactory, ServingModel};
 
 use crate::error::ApiError;
 use crate::prompt::blocking;
-use crate::slot::ModelSlot;
+use kiln_host::HostedModel;
 
 /// The grammar a request's output must follow, and the field it came from.
 pub struct OutputGrammar {
@@ -294,14 +294,14 @@ pub fn tool_format(model: &ServingModel) -> ToolFormat {
 /// Compiles `spec` for `model` on a blocking thread (building the model's token trie on
 /// first use); a grammar the compiler rejects is a 400 on `param`.
 pub async fn compile(
-    slot: &Arc<ModelSlot>,
+    hosted: &Arc<HostedModel>,
     model: &Arc<ServingModel>,
     spec: GrammarSpec,
     param: &'static str,
 ) -> Result<Arc<dyn ConstraintFactory>, ApiError> {
-    let (slot, model) = (slot.clone(), model.clone());
+    let (hosted, model) = (hosted.clone(), model.clone());
     blocking(move || {
-        let env = constraint_env(&slot, &model)?;
+        let env = hosted.constraint_env(&model)?;
         env.compile(&spec).map_err(|e| match e {
             kiln_constrain::Error::Grammar(msg) => {
                 ApiError::invalid(param, format!("invalid `{param}`: {msg}"))
@@ -310,22 +310,4 @@ pub async fn compile(
         })
     })
     .await
-}
-
-/// The model's constraint environment, built once per slot (its tokenizer is the same
-/// whenever the slot's file is loaded).
-fn constraint_env(slot: &ModelSlot, model: &ServingModel) -> Result<Arc<ConstraintEnv>, ApiError> {
-    let mut env = slot
-        .constraint_env
-        .lock()
-        .map_err(|_| ApiError::Internal("constraint environment lock poisoned".into()))?;
-    if let Some(e) = env.as_ref() {
-        return Ok(e.clone());
-    }
-    let built = Arc::new(
-        ConstraintEnv::new(&model.tokenizer, model.model_config.vocab_size)
-            .map_err(|e| ApiError::Internal(format!("cannot prepare constrained decoding: {e}")))?,
-    );
-    *env = Some(built.clone());
-    Ok(built)
 }

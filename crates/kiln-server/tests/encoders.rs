@@ -1,4 +1,4 @@
-//! Encoder models in process, in model slots like text models: loaded on first use,
+//! Encoder models in process, hosted like text models: loaded on first use,
 //! unloaded least-recently-used under a memory budget and reloaded with the same
 //! results, concurrent requests, and a corrupt weights file that fails its own model
 //! with a clear error while the others keep serving.
@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 
 use axum::http::StatusCode;
-use kiln_server::{AppState, ModelSlot, ModelSource, ServerConfig, ServingOptions};
+use kiln_server::{AppState, HostedModel, ModelSource, ServerConfig, ServingOptions};
 use serde_json::{json, Value};
 use support::*;
 
@@ -46,7 +46,7 @@ fn state(broken: &Path) -> AppState {
         models_memory: Some(ONE_FITS),
         ..ServerConfig::default()
     };
-    let slots = [
+    let hosted_models = [
         source(MINILM, "embeddings", &kiln_testkit::model_dir(MINILM)),
         source(
             NANOGUARD,
@@ -56,9 +56,9 @@ fn state(broken: &Path) -> AppState {
         source(BROKEN, "embeddings", broken),
     ]
     .into_iter()
-    .map(|s| ModelSlot::from_source(s, config.max_queued))
+    .map(|s| HostedModel::from_source(s, config.max_queued))
     .collect();
-    AppState::new(config, slots).unwrap_or_else(|e| panic!("state: {e}"))
+    AppState::new(config, hosted_models).unwrap_or_else(|e| panic!("state: {e}"))
 }
 
 async fn embed(state: &AppState, model: &str) -> Reply {

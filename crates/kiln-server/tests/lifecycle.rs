@@ -1,4 +1,4 @@
-//! Model slots in process, on the real default model served under two names: lazy loads
+//! Hosted models in process, on the real default model served under two names: lazy loads
 //! shared by concurrent first requests, `x-kiln-warm`, least-recently-used unloading
 //! under a memory budget that never touches a busy or pinned model, and usage metering.
 
@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use kiln_server::{AppState, ModelSlot, ModelSource, ServerConfig, ServingOptions};
+use kiln_server::{AppState, HostedModel, ModelSource, ServerConfig, ServingOptions};
 use kiln_usage::{Meter, UsageStore};
 use serde_json::json;
 use support::*;
@@ -43,11 +43,11 @@ fn pool_state(
         models_memory: budget,
         ..ServerConfig::default()
     };
-    let slots = sources
+    let hosted_models = sources
         .into_iter()
-        .map(|s| ModelSlot::from_source(s, config.max_queued))
+        .map(|s| HostedModel::from_source(s, config.max_queued))
         .collect();
-    AppState::with_meter(config, slots, meter).unwrap_or_else(|e| panic!("state: {e}"))
+    AppState::with_meter(config, hosted_models, meter).unwrap_or_else(|e| panic!("state: {e}"))
 }
 
 fn completion(model: &str) -> String {

@@ -1,12 +1,15 @@
 //! Repository rules that code review alone wouldn't keep: the crate dependency graph of
-//! ARCHITECTURE.md, file-size limits, crate docs, and no stubs.
+//! ARCHITECTURE.md, file-size limits, no import loops across more than three files,
+//! crate docs, and no stubs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Non-test source files may not exceed this many lines.
-const MAX_LINES: usize = 1000;
+const MAX_LINES: usize = 600;
+/// Most files that may import each other in a loop (a loop is one unit, split or not).
+const MAX_LOOP_FILES: usize = 3;
 /// Crates any test may use: the test kit, and the catalogue (a leaf) to look files up.
 const DEV_ONLY_OK: &[&str] = &["kiln-testkit", "kiln-catalog"];
 /// Files allowed past the limit, with the reason.
@@ -174,6 +177,183 @@ fn source_files_stay_small() {
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// A source file's module path within its crate (`a::b` for `src/a/b.rs` or
+/// `src/a/b/mod.rs`; empty for the crate root).
+fn module_path(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap_or(file).with_extension("");
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let parts = match parts.last().map(String::as_str) {
+        Some("mod" | "lib" | "main") => &parts[..parts.len() - 1],
+        _ => &parts[..],
+    };
+    parts.join("::")
+}
+
+/// The modules of `modules` that `text` (module `me`) names through `crate::` paths or
+/// `super::` paths: for each path, the longest prefix that is a module file (the crate
+/// root or the parent module when the path names one of their own items).
+fn imported_modules(me: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let parent = me.rsplit_once("::").map_or("", |(p, _)| p);
+    let mut out = BTreeSet::new();
+    for (prefix, base) in [("crate::", ""), ("super::", parent)] {
+        for (i, _) in text.match_indices(prefix) {
+            let path: String = text[i + prefix.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+            // Down to no parts at all: an item of the base module itself.
+            loop {
+                let joined = parts.join("::");
+                let cand = match (base.is_empty(), joined.is_empty()) {
+                    (true, _) => joined,
+                    (false, true) => base.to_string(),
+                    (false, false) => format!("{base}::{joined}"),
+                };
+                if modules.contains(&cand) {
+                    if cand != me {
+                        out.insert(cand);
+                    }
+                    break;
+                }
+                if parts.pop().is_none() {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Strongly connected components of `graph` with more than one module (Tarjan).
+fn loops(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'g> {
+        graph: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, v: &'g str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                if !self.index.contains_key(w.as_str()) {
+                    self.visit(w);
+                    let lw = self.low[w.as_str()];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(lw);
+                } else if self.stack.contains(&w.as_str()) {
+                    let iw = self.index[w.as_str()];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut comp = vec![];
+                while let Some(w) = self.stack.pop() {
+                    comp.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if comp.len() > 1 {
+                    comp.sort();
+                    self.found.push(comp);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: vec![],
+        found: vec![],
+    };
+    for v in graph.keys() {
+        if !walk.index.contains_key(v.as_str()) {
+            walk.visit(v);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn no_import_loop_spans_more_than_three_files() {
+    let mut errors = vec![];
+    for dir in crate_dirs() {
+        let src = dir.join("src");
+        let mut files = vec![];
+        rust_files(&src, &mut files);
+        let texts: BTreeMap<String, String> = files
+            .iter()
+            .map(|f| {
+                let text = fs::read_to_string(f).expect("readable");
+                let code: String = text
+                    .lines()
+                    .take_while(|l| l.trim() != "#[cfg(test)]")
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (module_path(&src, f), code)
+            })
+            .collect();
+        let modules: BTreeSet<String> = texts.keys().cloned().collect();
+        let graph: BTreeMap<String, BTreeSet<String>> = texts
+            .iter()
+            .map(|(m, t)| (m.clone(), imported_modules(m, t, &modules)))
+            .collect();
+        for comp in loops(&graph) {
+            if comp.len() > MAX_LOOP_FILES {
+                errors.push(format!("{}: {}", crate_name(&dir), comp.join(" → ")));
+            }
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "files importing each other in a loop (at most {MAX_LOOP_FILES}):\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn import_loops_are_found() {
+    let modules: BTreeSet<String> = ["a", "b", "c", "d", "d::e"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let text = |t: &str, me: &str| imported_modules(me, t, &modules);
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", text("use crate::b::Thing;", "a")),
+        ("b", text("crate::c::f();", "b")),
+        ("c", text("use crate::d::e::{X, Y};", "c")),
+        ("d", BTreeSet::new()),
+        ("d::e", text("use crate::a;\nuse super::Z;", "d::e")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(graph["c"], BTreeSet::from(["d::e".to_string()]));
+    assert_eq!(
+        graph["d::e"],
+        BTreeSet::from(["a".to_string(), "d".to_string()])
+    );
+    assert_eq!(
+        loops(&graph),
+        vec![vec!["a", "b", "c", "d::e"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()]
+    );
 }
 
 #[test]

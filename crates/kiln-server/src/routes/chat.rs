@@ -13,10 +13,9 @@ use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_tokenizer::Tokenizer;
 
-use super::{admit, finish_reason};
+use super::{admit, collect, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::generation::{collect, ChoiceEvent, Generation};
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -25,6 +24,7 @@ use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
 use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
+use kiln_host::{ChoiceEvent, Generation};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -35,7 +35,7 @@ pub async fn chat_completions(
     let (lease, model, adapter) = state
         .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
         .await?;
-    let slot = lease.slot().clone();
+    let hosted = lease.hosted().clone();
     let format = structured::tool_format(&model);
     let tools = structured::tool_request(
         req.tools.as_deref(),
@@ -97,10 +97,10 @@ pub async fn chat_completions(
         format,
     )?;
     let constraint = match grammar {
-        Some((spec, param)) => Some(structured::compile(&slot, &model, spec, param).await?),
+        Some((spec, param)) => Some(structured::compile(&hosted, &model, spec, param).await?),
         None => None,
     };
-    let permit = admit(&slot, sampling.n, req.reject_if_busy.unwrap_or(false))?;
+    let permit = admit(&hosted, sampling.n, req.reject_if_busy.unwrap_or(false))?;
 
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let m = model.clone();
@@ -124,8 +124,8 @@ pub async fn chat_completions(
     let head = Head {
         id: format!("chatcmpl-{}", rid.0),
         created: unix_now(),
-        model: slot.name.clone(),
-        fingerprint: slot.fingerprint(),
+        model: hosted.name.clone(),
+        fingerprint: hosted.fingerprint(),
     };
     let want_logprobs = logprobs.is_some();
     if req.stream.unwrap_or(false) {

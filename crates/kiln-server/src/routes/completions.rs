@@ -13,10 +13,9 @@ use kiln_engine::ServingModel;
 use kiln_tokenizer::Tokenizer;
 
 use super::chat::Head;
-use super::{admit, finish_reason};
+use super::{admit, collect, finish_reason};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::generation::{collect, ChoiceEvent, Generation};
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -24,6 +23,7 @@ use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
 use crate::validate::{Sampling, SamplingFields};
+use kiln_host::{ChoiceEvent, Generation};
 
 /// Most prompts in one batch.
 pub const MAX_BATCH: usize = 64;
@@ -37,7 +37,7 @@ pub async fn completions(
     let (lease, model, adapter) = state
         .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
         .await?;
-    let slot = lease.slot().clone();
+    let hosted = lease.hosted().clone();
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(
             "suffix",
@@ -83,11 +83,11 @@ pub async fn completions(
         prompt::check_token_ids(ids, prompt::vocab_size(&model), "prompt")?;
     }
     let constraint = match grammar {
-        Some(g) => Some(structured::compile(&slot, &model, g.spec, g.param).await?),
+        Some(g) => Some(structured::compile(&hosted, &model, g.spec, g.param).await?),
         None => None,
     };
     let permit = admit(
-        &slot,
+        &hosted,
         inputs.len() * sampling.n,
         req.reject_if_busy.unwrap_or(false),
     )?;
@@ -125,8 +125,8 @@ pub async fn completions(
     let head = Head {
         id: format!("cmpl-{}", rid.0),
         created: unix_now(),
-        model: slot.name.clone(),
-        fingerprint: slot.fingerprint(),
+        model: hosted.name.clone(),
+        fingerprint: hosted.fingerprint(),
     };
     let n = sampling.n;
     let want_logprobs = req.logprobs.is_some();

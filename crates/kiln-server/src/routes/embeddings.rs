@@ -20,18 +20,18 @@ use super::admit;
 use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::state::AppState;
+use kiln_host::ModelKind;
 
 pub async fn embeddings(
     State(state): State<AppState>,
     ctx: CallContext,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Json<EmbeddingsResponse>, ApiError> {
-    let slot = state.resolve_for(req.model.as_deref(), ModelKind::Embed)?;
+    let hosted = state.resolve_for(req.model.as_deref(), ModelKind::Embed)?;
     let (texts, single) = texts(req.input)?;
-    let lease = state.lease_slot(slot, &ctx).await?;
+    let lease = state.lease_hosted(hosted, &ctx).await?;
     let embedder = lease.embedder()?;
     let (dim, max) = (embedder.model().dim(), embedder.model().max_tokens());
     if let Some(d) = req.dimensions.filter(|&d| d != dim as u64) {
@@ -45,10 +45,10 @@ pub async fn embeddings(
     }
     let truncate = truncation(req.truncate, req.truncate_prompt_tokens, max)?;
     let format = req.encoding_format.unwrap_or_default();
-    let model = lease.slot().name.clone();
-    let permit = admit(lease.slot(), 1, false)?;
+    let model = lease.hosted().name.clone();
+    let permit = admit(lease.hosted(), 1, false)?;
     let (data, tokens) = embedder
-        .run(lease, permit, move |m| {
+        .run::<_, ApiError, _>(lease, permit, move |m| {
             let out = m
                 .embed(&texts, truncate)
                 .map_err(|e| input_error(e, "input", single, "truncate"))?;

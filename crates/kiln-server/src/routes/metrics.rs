@@ -11,13 +11,13 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let loaded: Vec<_> = state.models().iter().map(|m| (m, m.loaded())).collect();
     let samples: Vec<ModelSample<'_>> = loaded
         .iter()
-        .map(|(slot, model)| ModelSample {
-            name: &slot.name,
+        .map(|(hosted, model)| ModelSample {
+            name: &hosted.name,
             ready: model.is_some(),
-            memory_bytes: slot.charge(),
+            memory_bytes: hosted.charge(),
             engine: model.as_ref().and_then(|m| m.engine_stats()),
-            admitted: slot.admission.in_flight(),
-            metrics: &slot.metrics,
+            admitted: hosted.admission.in_flight(),
+            metrics: &hosted.metrics,
         })
         .collect();
     let mut resp = render(&samples).into_response();

@@ -12,19 +12,29 @@ pub mod tokenize;
 pub mod workers_ai;
 pub mod workers_ai_encoders;
 
-use crate::admission::Permit;
-use crate::error::ApiError;
-use crate::slot::ModelSlot;
+use kiln_api::Usage;
+use kiln_host::{Collected, Generation, HostError, HostedModel, Permit};
 
-/// Admits `seqs` sequences to `slot`'s queue, counting refusals in the metrics.
-pub fn admit(slot: &ModelSlot, seqs: usize, reject_if_busy: bool) -> Result<Permit, ApiError> {
-    slot.admission
-        .try_admit(&slot.name, seqs, reject_if_busy)
+use crate::error::ApiError;
+use crate::lease::api_usage;
+
+/// Admits `seqs` sequences to `hosted`'s queue, counting refusals in the metrics.
+pub fn admit(hosted: &HostedModel, seqs: usize, reject_if_busy: bool) -> Result<Permit, ApiError> {
+    let admitted = hosted
+        .admission
+        .try_admit(&hosted.name, seqs, reject_if_busy)
         .inspect_err(|e| match e {
-            ApiError::QueueFull { .. } => slot.metrics.rejected_queue_full.add(1),
-            ApiError::Busy { .. } => slot.metrics.rejected_busy.add(1),
+            HostError::QueueFull { .. } => hosted.metrics.rejected_queue_full.add(1),
+            HostError::Busy { .. } => hosted.metrics.rejected_busy.add(1),
             _ => {}
-        })
+        });
+    Ok(admitted?)
+}
+
+/// Runs `gen` to the end ([`kiln_host::collect`]): each choice's output and the usage.
+pub async fn collect(gen: Generation) -> Result<(Vec<Collected>, Usage), ApiError> {
+    let (out, usage) = kiln_host::collect(gen).await?;
+    Ok((out, api_usage(usage)))
 }
 
 /// OpenAI's `finish_reason` for a choice.

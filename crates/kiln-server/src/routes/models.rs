@@ -13,9 +13,9 @@ use kiln_api::models::ModelCard;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::kind::ModelKind;
-use crate::slot::{ModelSlot, SlotStatus};
 use crate::state::AppState;
+use kiln_host::ModelKind;
+use kiln_host::{HostedModel, ModelStatus};
 
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
     Json(json!({
@@ -28,38 +28,38 @@ pub async fn retrieve(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let slot = state.resolve(Some(&name))?;
-    Ok(Json(card(&state, &slot)))
+    let hosted = state.resolve(Some(&name))?;
+    Ok(Json(card(&state, &hosted)))
 }
 
-fn card(state: &AppState, slot: &ModelSlot) -> Value {
-    let model = slot.loaded();
+fn card(state: &AppState, hosted: &HostedModel) -> Value {
+    let model = hosted.loaded();
     let card = ModelCard {
-        id: slot.name.clone(),
+        id: hosted.name.clone(),
         object: "model".into(),
-        created: slot.created,
+        created: hosted.created,
         owned_by: "kiln".into(),
         max_model_len: model.as_ref().and_then(|m| m.max_model_len()),
-        task: slot.task.clone(),
-        aliases: slot.aliases.clone(),
+        task: hosted.task.clone(),
+        aliases: hosted.aliases.clone(),
         ready: model.is_some(),
     };
-    let status = slot.status();
+    let status = hosted.status();
     let mut v = serde_json::to_value(card).unwrap_or_else(|_| json!({}));
     if let Some(o) = v.as_object_mut() {
         o.insert("status".into(), json!(status.as_str()));
-        o.insert("pinned".into(), json!(slot.pinned));
-        o.insert("memory_bytes".into(), json!(slot.memory_bytes()));
-        o.insert("parameters".into(), json!(slot.parameters()));
-        if slot.kind == Some(ModelKind::Generate) {
+        o.insert("pinned".into(), json!(hosted.pinned));
+        o.insert("memory_bytes".into(), json!(hosted.memory_bytes()));
+        o.insert("parameters".into(), json!(hosted.parameters()));
+        if hosted.kind == Some(ModelKind::Generate) {
             o.insert("adapters".into(), json!(state.adapters().available()));
             o.insert(
                 "adapters_loaded".into(),
-                json!(state.adapters().loaded(&slot.name)),
+                json!(state.adapters().loaded(&hosted.name)),
             );
         }
-        if status == SlotStatus::Failed {
-            o.insert("load_error".into(), json!(slot.failure()));
+        if status == ModelStatus::Failed {
+            o.insert("load_error".into(), json!(hosted.failure()));
         }
     }
     v

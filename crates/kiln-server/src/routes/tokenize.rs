@@ -8,10 +8,10 @@ use kiln_api::tokenize::{
 
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
+use kiln_host::ModelKind;
 
 pub async fn tokenize(
     State(state): State<AppState>,

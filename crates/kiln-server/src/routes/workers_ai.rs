@@ -15,14 +15,11 @@ use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 
-use super::{admit, workers_ai_encoders};
+use super::{admit, collect, workers_ai_encoders};
 use crate::error::ApiError;
 use crate::extract::{parse, ApiBody};
-use crate::generation::{collect, ChoiceEvent, Generation};
-use crate::kind::ModelKind;
 use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
-use crate::slot::ModelSlot;
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
@@ -30,6 +27,9 @@ use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
 use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
 use kiln_api::workers_ai::AiToolCall;
+use kiln_host::HostedModel;
+use kiln_host::ModelKind;
+use kiln_host::{ChoiceEvent, Generation};
 
 /// Workers AI's default `max_tokens` (capped by what the context leaves).
 pub const DEFAULT_MAX_TOKENS: u32 = 256;
@@ -42,32 +42,32 @@ pub async fn run(
 ) -> Result<Response, ApiError> {
     // `{model}` may be `base:adapter`.
     let (name, _) = state.split_adapter(Some(&model_name), None)?;
-    let slot = state.resolve(name)?;
-    match slot.kind {
+    let hosted = state.resolve(name)?;
+    match hosted.kind {
         Some(ModelKind::Embed) => {
-            workers_ai_encoders::embed(&state, slot, &ctx, parse(&body)?).await
+            workers_ai_encoders::embed(&state, hosted, &ctx, parse(&body)?).await
         }
         Some(ModelKind::Classify) => {
-            workers_ai_encoders::classify(&state, slot, &ctx, parse(&body)?).await
+            workers_ai_encoders::classify(&state, hosted, &ctx, parse(&body)?).await
         }
         // A task the server can't run fails at load, with the reason.
         Some(ModelKind::Generate) | None => {
-            generate(&state, slot, &model_name, &ctx, parse(&body)?).await
+            generate(&state, hosted, &model_name, &ctx, parse(&body)?).await
         }
     }
 }
 
 async fn generate(
     state: &AppState,
-    slot: Arc<ModelSlot>,
+    hosted: Arc<HostedModel>,
     model_name: &str,
     ctx: &CallContext,
     req: AiRunRequest,
 ) -> Result<Response, ApiError> {
     let (_, lora) = state.split_adapter(Some(model_name), req.lora.as_deref())?;
-    let lease = state.lease_slot(slot, ctx).await?;
+    let lease = state.lease_hosted(hosted, ctx).await?;
     let (lease, model, adapter) = state.with_adapter(lease, lora).await?;
-    let slot = lease.slot().clone();
+    let hosted = lease.hosted().clone();
     let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
         PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
         PromptInput::Text(p) => Ok(vec![ChatMessage::text(Role::User, p)]),
@@ -121,10 +121,10 @@ async fn generate(
         Err(text) => Err(text),
     };
     let constraint = match grammar {
-        Some((spec, param)) => Some(structured::compile(&slot, &model, spec, param).await?),
+        Some((spec, param)) => Some(structured::compile(&hosted, &model, spec, param).await?),
         None => None,
     };
-    let permit = admit(&slot, 1, req.reject_if_busy.unwrap_or(false))?;
+    let permit = admit(&hosted, 1, req.reject_if_busy.unwrap_or(false))?;
     let m = model.clone();
     let ids = blocking(move || match messages {
         Ok((msgs, tools_json)) => prompt::chat(&m, &msgs, tools_json.as_ref(), true, "messages"),

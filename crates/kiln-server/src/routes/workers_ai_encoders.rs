@@ -18,15 +18,15 @@ use super::admit;
 use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
 use crate::lease::CallContext;
-use crate::slot::ModelSlot;
 use crate::state::AppState;
+use kiln_host::HostedModel;
 
 /// The pooling the served embedders use (kiln-encoder's BERT pipeline has only this).
 const POOLING: &str = "mean";
 
 pub async fn embed(
     state: &AppState,
-    slot: Arc<ModelSlot>,
+    hosted: Arc<HostedModel>,
     ctx: &CallContext,
     req: AiTextRequest,
 ) -> Result<Response, ApiError> {
@@ -42,12 +42,12 @@ pub async fn embed(
         ));
     }
     let truncate = req.truncate_inputs.unwrap_or(false);
-    let lease = state.lease_slot(slot, ctx).await?;
+    let lease = state.lease_hosted(hosted, ctx).await?;
     let embedder = lease.embedder()?;
     let dim = embedder.model().dim();
-    let permit = admit(lease.slot(), 1, false)?;
+    let permit = admit(lease.hosted(), 1, false)?;
     let vectors = embedder
-        .run(lease, permit, move |m| {
+        .run::<_, ApiError, _>(lease, permit, move |m| {
             let out = m
                 .embed(&texts, truncate)
                 .map_err(|e| input_error(e, "text", single, "truncate_inputs"))?;
@@ -65,7 +65,7 @@ pub async fn embed(
 
 pub async fn classify(
     state: &AppState,
-    slot: Arc<ModelSlot>,
+    hosted: Arc<HostedModel>,
     ctx: &CallContext,
     req: AiTextRequest,
 ) -> Result<Response, ApiError> {
@@ -82,11 +82,11 @@ pub async fn classify(
         ));
     }
     let truncate = req.truncate_inputs.unwrap_or(false);
-    let lease = state.lease_slot(slot, ctx).await?;
+    let lease = state.lease_hosted(hosted, ctx).await?;
     let classifier = lease.classifier()?;
-    let permit = admit(lease.slot(), 1, false)?;
+    let permit = admit(lease.hosted(), 1, false)?;
     let scores = classifier
-        .run(lease, permit, move |m| {
+        .run::<_, ApiError, _>(lease, permit, move |m| {
             let out = m
                 .classify(&[text], truncate)
                 .map_err(|e| input_error(e, "text", true, "truncate_inputs"))?;

@@ -55,7 +55,7 @@ pub struct Args {
 pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
     let mut opts = ServingOptions::detect();
     opts.max_num_seqs = 1;
-    let model = crate::load::serving_model(global, &args.model, &opts)?;
+    let model = crate::load::text_model(global, &args.model, &opts)?;
     let prompt = if args.raw || model.chat_template.is_none() {
         args.prompt.clone()
     } else {

@@ -9,17 +9,16 @@
 mod config;
 
 use std::net::ToSocketAddrs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use kiln_catalog::{ModelSpec, Task};
-use kiln_server::lora::LoraConfig;
+use kiln_host::lora::LoraConfig;
 use kiln_server::{ApiKey, ModelSource, ServeOptions, ServerConfig, ServingOptions};
 
 use self::config::{FileConfig, KeyEntry, Size};
 use super::GlobalArgs;
-use crate::progress::BarProgress;
 
 const DEFAULT_HOST: &str = "127.0.0.1";
 const DEFAULT_PORT: u16 = 8000;
@@ -295,7 +294,7 @@ fn settings(
     let mut specs: Vec<(&'static ModelSpec, bool)> = Vec::new();
     let mut models = Vec::with_capacity(names.len());
     for (name, pin) in &names {
-        if let Some(source) = local_gguf(name, *pin, &engine) {
+        if let Some(source) = crate::load::local_gguf(name, *pin, &engine)? {
             models.push(source);
             continue;
         }
@@ -317,23 +316,7 @@ fn settings(
         .or(file.usage_db)
         .unwrap_or_else(|| cache.root().join(USAGE_DB_FILE));
     for (spec, pin) in specs {
-        let progress = BarProgress::new(spec.name);
-        cache
-            .ensure(spec, &progress)
-            .with_context(|| format!("cannot fetch {}", spec.name))?;
-        // A GGUF model is one file; an encoder is read from its directory.
-        let path = match spec.task {
-            Task::TextGeneration => cache.primary_path(spec),
-            _ => cache.model_dir(spec),
-        };
-        models.push(ModelSource {
-            name: spec.name.to_string(),
-            aliases: spec.aliases.iter().map(|a| a.to_string()).collect(),
-            task: spec.task.as_str().to_string(),
-            path,
-            options: engine.clone(),
-            pin,
-        });
+        models.push(crate::load::catalogue_source(&cache, spec, pin, &engine)?);
     }
     let opts = ServeOptions {
         addr,
@@ -342,25 +325,6 @@ fn settings(
         usage_db: Some(usage_db),
     };
     Ok((opts, models))
-}
-
-/// A `--model` that is a local GGUF file: served as a text model named by its file stem.
-fn local_gguf(name: &str, pin: bool, engine: &ServingOptions) -> Option<ModelSource> {
-    let path = Path::new(name);
-    let is_gguf = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-    if !is_gguf || !path.is_file() {
-        return None;
-    }
-    Some(ModelSource {
-        name: path.file_stem()?.to_string_lossy().into_owned(),
-        aliases: Vec::new(),
-        task: Task::TextGeneration.as_str().to_string(),
-        path: path.to_path_buf(),
-        options: engine.clone(),
-        pin,
-    })
 }
 
 /// LoRA settings: flags replace the file's lists; `--lora` entries must be adapters.
@@ -399,7 +363,7 @@ fn lora_config(
             "--lora name {n:?} must be non-empty and without ':'"
         );
         anyhow::ensure!(
-            kiln_server::lora::is_adapter_dir(p),
+            kiln_host::lora::is_adapter_dir(p),
             "--lora {n}={}: no adapter_config.json there",
             p.display()
         );

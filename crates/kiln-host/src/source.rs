@@ -8,11 +8,7 @@ use kiln_engine::{ServingModel, ServingOptions};
 
 use crate::encoder::{Encoder, EncoderWeights};
 use crate::kind::ModelKind;
-use crate::slot::LoadedModel;
-
-/// KV cache the engine takes when none is configured: a quarter of available memory,
-/// at most this (the engine's own default cap).
-const DEFAULT_KV_CAP: u64 = 4 << 30;
+use crate::loaded::LoadedModel;
 
 /// The weights file of an encoder's directory (NanoGuard's is written by its first load).
 const ENCODER_WEIGHTS: &str = "model.safetensors";
@@ -74,13 +70,11 @@ impl ModelSource {
     pub fn estimated_bytes(&self) -> u64 {
         match ModelKind::from_task(&self.task) {
             Some(ModelKind::Generate) => {
-                let kv = self.options.kv_cache_bytes.map_or_else(
-                    || {
-                        kiln_engine::serving::available_memory()
-                            .map_or(DEFAULT_KV_CAP, |m| (m as u64 / 4).min(DEFAULT_KV_CAP))
-                    },
-                    |b| b as u64,
-                );
+                let kv = self
+                    .options
+                    .kv_cache_bytes
+                    .unwrap_or_else(kiln_engine::serving::default_kv_cache_cap)
+                    as u64;
                 self.weights_bytes().saturating_add(kv)
             }
             Some(ModelKind::Embed | ModelKind::Classify) => {

@@ -15,8 +15,8 @@ use kiln_engine::ServingModel;
 pub use kiln_model::lora::is_adapter_dir;
 use kiln_model::{LoraAdapter, LoraError};
 
-use crate::error::ApiError;
-use crate::slot::ModelSlot;
+use crate::error::HostError;
+use crate::hosted::HostedModel;
 
 /// Where adapters come from and how many stay loaded.
 #[derive(Debug, Clone)]
@@ -118,18 +118,18 @@ impl AdapterCache {
             .collect()
     }
 
-    /// Adapter `name` for the text model of `slot`, loading it if needed.
+    /// Adapter `name` for the text model of `hosted`, loading it if needed.
     pub async fn get(
         &self,
-        slot: &ModelSlot,
+        hosted: &HostedModel,
         model: &ServingModel,
         name: &str,
-    ) -> Result<Arc<LoraAdapter>, ApiError> {
+    ) -> Result<Arc<LoraAdapter>, HostError> {
         {
             let mut entries = self.entries();
             if let Some(i) = entries
                 .iter()
-                .position(|e| e.model == slot.name && e.name == name)
+                .position(|e| e.model == hosted.name && e.name == name)
             {
                 let e = entries.remove(i);
                 let adapter = e.adapter.clone();
@@ -138,18 +138,18 @@ impl AdapterCache {
             }
         }
         let Some(path) = self.path_of(name) else {
-            return Err(self.not_found(&slot.name, name));
+            return Err(self.not_found(&hosted.name, name));
         };
         let config = model.model_config.clone();
         let owned = name.to_string();
         let started = std::time::Instant::now();
         let loaded = tokio::task::spawn_blocking(move || LoraAdapter::load(&owned, &path, &config))
             .await
-            .map_err(|_| ApiError::Internal("the adapter loader panicked".into()))?;
-        let adapter = Arc::new(loaded.map_err(|e| self.load_error(&slot.name, name, e))?);
-        slot.metrics.adapter_loads.add(1);
+            .map_err(|_| HostError::Internal("the adapter loader panicked".into()))?;
+        let adapter = Arc::new(loaded.map_err(|e| self.load_error(&hosted.name, name, e))?);
+        hosted.metrics.adapter_loads.add(1);
         tracing::info!(
-            model = %slot.name,
+            model = %hosted.name,
             adapter = name,
             pairs = adapter.num_pairs(),
             rank = adapter.max_rank(),
@@ -161,12 +161,12 @@ impl AdapterCache {
         // A concurrent request may have loaded it meanwhile: keep one copy.
         if let Some(e) = entries
             .iter()
-            .find(|e| e.model == slot.name && e.name == name)
+            .find(|e| e.model == hosted.name && e.name == name)
         {
             return Ok(e.adapter.clone());
         }
         entries.push(Entry {
-            model: slot.name.clone(),
+            model: hosted.name.clone(),
             name: name.to_string(),
             adapter: adapter.clone(),
         });
@@ -177,9 +177,9 @@ impl AdapterCache {
         Ok(adapter)
     }
 
-    fn not_found(&self, model: &str, name: &str) -> ApiError {
+    fn not_found(&self, model: &str, name: &str) -> HostError {
         let available = self.available();
-        ApiError::AdapterNotFound {
+        HostError::AdapterNotFound {
             model: model.to_string(),
             adapter: name.to_string(),
             available: if available.is_empty() {
@@ -190,16 +190,16 @@ impl AdapterCache {
         }
     }
 
-    fn load_error(&self, model: &str, name: &str, e: LoraError) -> ApiError {
+    fn load_error(&self, model: &str, name: &str, e: LoraError) -> HostError {
         tracing::warn!(model, adapter = name, error = %e, "cannot load adapter");
         match e {
             LoraError::NotFound(_) => self.not_found(model, name),
-            LoraError::WrongBase(reason) => ApiError::AdapterMismatch {
+            LoraError::WrongBase(reason) => HostError::AdapterMismatch {
                 model: model.to_string(),
                 adapter: name.to_string(),
                 reason,
             },
-            other => ApiError::AdapterInvalid {
+            other => HostError::AdapterInvalid {
                 adapter: name.to_string(),
                 reason: other.to_string(),
             },

@@ -3,13 +3,13 @@
 //! Every admitted request holds a [`Permit`] for its sequences until its response ends
 //! (finished, failed or the client went away), so the count is exact. Up to
 //! `max_num_seqs` sequences run in the engine; up to `max_queued` more wait there. Past
-//! that a request gets 429 at once instead of a growing queue and rising latency for
-//! everyone; `reject_if_busy` asks for the 429 as soon as nothing would run right away.
+//! that a request is refused at once instead of a growing queue and rising latency for
+//! everyone; `reject_if_busy` asks to be refused as soon as nothing would run right away.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::error::ApiError;
+use crate::error::HostError;
 
 pub struct Admission {
     in_flight: Arc<AtomicUsize>,
@@ -60,19 +60,19 @@ impl Admission {
         model: &str,
         seqs: usize,
         reject_if_busy: bool,
-    ) -> Result<Permit, ApiError> {
+    ) -> Result<Permit, HostError> {
         let max_running = self.max_running.load(Ordering::Acquire);
         let cap = max_running + self.max_queued;
         let mut cur = self.in_flight.load(Ordering::Acquire);
         loop {
             if reject_if_busy && cur >= max_running {
-                return Err(ApiError::Busy {
+                return Err(HostError::Busy {
                     model: model.to_string(),
                     running: cur.min(max_running),
                 });
             }
             if cur >= cap {
-                return Err(ApiError::QueueFull {
+                return Err(HostError::QueueFull {
                     model: model.to_string(),
                     limit: cap,
                 });
@@ -107,12 +107,12 @@ mod tests {
         let p2 = a.try_admit("m", 1, false).expect("second");
         assert!(matches!(
             a.try_admit("m", 1, true),
-            Err(ApiError::Busy { running: 2, .. })
+            Err(HostError::Busy { running: 2, .. })
         ));
         let p3 = a.try_admit("m", 1, false).expect("queued");
         assert!(matches!(
             a.try_admit("m", 1, false),
-            Err(ApiError::QueueFull { limit: 3, .. })
+            Err(HostError::QueueFull { limit: 3, .. })
         ));
         drop((p1, p2, p3));
         assert_eq!(a.in_flight(), 0);

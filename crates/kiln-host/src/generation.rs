@@ -4,21 +4,20 @@
 //! A [`Generation`] owns the engine's `TextStream`s, the admission [`Permit`] and the
 //! model's [`Lease`]: dropping it (a client that went away, a finished response) aborts
 //! whatever is still running in the engine, freeing its KV blocks, releases the permit
-//! and the model, and records the request's usage: whatever it consumed, finished or not
-//! (a choice cut short counts the tokens it had produced).
+//! and the model, and hands the request's usage to the lease's sink: whatever it
+//! consumed, finished or not (a choice cut short counts the tokens it had produced).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
-use kiln_api::Usage;
 use kiln_engine::output::{TextEvent, TextStream};
 use kiln_engine::{FinishReason, GenerateRequest, SeqTimings, ServingModel};
 
 use crate::admission::Permit;
-use crate::error::ApiError;
-use crate::lease::Lease;
-use crate::slot::ModelSlot;
+use crate::error::HostError;
+use crate::hosted::HostedModel;
+use crate::lease::{Lease, TokenUsage};
 
 /// One event of one choice; `choice` is `prompt_index * n + index` (OpenAI's order).
 #[derive(Debug)]
@@ -42,7 +41,7 @@ pub struct Generation {
     prompt_lens: Vec<usize>,
     cached: Vec<usize>,
     choices: Vec<ChoiceState>,
-    slot: Arc<ModelSlot>,
+    hosted: Arc<HostedModel>,
     lease: Lease,
     _permit: Permit,
 }
@@ -55,7 +54,7 @@ impl Generation {
         requests: Vec<GenerateRequest>,
         skip_special: bool,
         permit: Permit,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, HostError> {
         let n = requests.first().map_or(1, |r| r.n.max(1));
         let prompt_lens: Vec<usize> = requests.iter().map(|r| r.prompt.len()).collect();
         let mut events = SelectAll::new();
@@ -69,7 +68,7 @@ impl Generation {
             cached: vec![0; prompt_lens.len()],
             choices: vec![ChoiceState::default(); prompt_lens.len() * n],
             prompt_lens,
-            slot: lease.slot().clone(),
+            hosted: lease.hosted().clone(),
             lease,
             _permit: permit,
         })
@@ -94,7 +93,7 @@ impl Generation {
     }
 
     fn observe(&mut self, p: usize, choice: usize, event: &TextEvent) {
-        let m = &self.slot.metrics;
+        let m = &self.hosted.metrics;
         let Some(state) = self.choices.get_mut(choice) else {
             return;
         };
@@ -126,13 +125,13 @@ impl Generation {
                 state.finished = Some(*reason);
                 state.completion_tokens = *completion_tokens;
                 m.finished(*reason);
-                observe_timings(&self.slot, timings);
+                observe_timings(&self.hosted, timings);
             }
         }
     }
 
     /// Token counts so far (final once every choice has finished).
-    pub fn usage(&self) -> Usage {
+    pub fn usage(&self) -> TokenUsage {
         let prompt: usize = self.prompt_lens.iter().sum();
         let completion: usize = self
             .choices
@@ -143,7 +142,11 @@ impl Generation {
             })
             .sum();
         let cached: usize = self.cached.iter().sum();
-        Usage::new(prompt as u64, completion as u64, cached as u64)
+        TokenUsage {
+            prompt: prompt as u64,
+            completion: completion as u64,
+            cached: cached as u64,
+        }
     }
 
     /// The prompt length of choice `choice`.
@@ -157,13 +160,14 @@ impl Drop for Generation {
         // Choices the engine never finished for us were cut short (the client left).
         let unfinished = self.choices.iter().filter(|c| c.finished.is_none()).count();
         if unfinished > 0 {
-            self.slot.metrics.success_abort.add(unfinished as u64);
+            self.hosted.metrics.success_abort.add(unfinished as u64);
             tracing::debug!(
                 unfinished,
                 "request dropped before it finished; aborting in the engine"
             );
         }
-        self.lease.record_usage(&self.usage());
+        let usage = self.usage();
+        self.lease.record_usage(usage);
     }
 }
 
@@ -175,8 +179,8 @@ fn per_prompt(p: usize, text: TextStream) -> BoxStream<'static, (usize, TextEven
     .boxed()
 }
 
-fn observe_timings(slot: &ModelSlot, t: &SeqTimings) {
-    let m = &slot.metrics;
+fn observe_timings(hosted: &HostedModel, t: &SeqTimings) {
+    let m = &hosted.metrics;
     m.e2e_request_latency.observe(t.finished - t.arrived);
     if let Some(s) = t.scheduled {
         m.request_queue_time.observe(s - t.arrived);
@@ -208,7 +212,7 @@ pub struct Collected {
 
 /// Runs `gen` to the end and returns each choice's output and the usage. A choice the
 /// engine aborted (a failed step) fails the whole request.
-pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, Usage), ApiError> {
+pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, TokenUsage), HostError> {
     let mut out = vec![Collected::default(); gen.num_choices()];
     while let Some(ChoiceEvent { choice, event }) = gen.next().await {
         let Some(c) = out.get_mut(choice) else {
@@ -232,7 +236,7 @@ pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, Usage), Api
             }
             TextEvent::Finished { reason, .. } => {
                 if reason == FinishReason::Abort {
-                    return Err(ApiError::Aborted);
+                    return Err(HostError::Aborted);
                 }
                 c.finish = Some(reason);
             }

@@ -6,7 +6,7 @@
 //! unloaded model starts its load on a blocking thread and waits; requests arriving
 //! meanwhile wait for the same load. A model is unloaded only when it is loaded, not
 //! pinned and held by no request (running or waiting); if the budget can't be met that
-//! way the request gets 503 at once rather than waiting for others to finish.
+//! way the request is refused at once (503 over HTTP) rather than waiting for others to finish.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -14,12 +14,13 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::error::ApiError;
-use crate::slot::{Hold, LoadOutcome, LoadedModel, ModelSlot, Phase};
+use crate::error::HostError;
+use crate::hosted::{Hold, HostedModel, LoadOutcome, Phase};
+use crate::loaded::LoadedModel;
 use crate::source::ModelSource;
 
-pub struct ModelPool {
-    slots: Vec<Arc<ModelSlot>>,
+pub struct Residency {
+    models: Vec<Arc<HostedModel>>,
     /// Bytes all loaded (and loading) models may take together; `None`: no limit.
     budget: Option<u64>,
     /// Held while deciding a load and its evictions.
@@ -34,17 +35,17 @@ pub(crate) struct Acquired {
     pub(crate) hold: Hold,
 }
 
-impl ModelPool {
-    pub fn new(slots: Vec<Arc<ModelSlot>>, budget: Option<u64>) -> Self {
+impl Residency {
+    pub fn new(models: Vec<Arc<HostedModel>>, budget: Option<u64>) -> Self {
         Self {
-            slots,
+            models,
             budget,
             decide: Mutex::new(()),
         }
     }
 
-    pub fn slots(&self) -> &[Arc<ModelSlot>] {
-        &self.slots
+    pub fn models(&self) -> &[Arc<HostedModel>] {
+        &self.models
     }
 
     pub fn budget(&self) -> Option<u64> {
@@ -53,16 +54,16 @@ impl ModelPool {
 
     /// Bytes held by loaded and loading models.
     pub fn used(&self) -> u64 {
-        self.slots.iter().map(|s| s.charge()).sum()
+        self.models.iter().map(|s| s.charge()).sum()
     }
 
-    /// The model of `slot`, loading it first if needed; the hold keeps it loaded.
-    pub(crate) async fn acquire(&self, slot: &Arc<ModelSlot>) -> Result<Acquired, ApiError> {
-        let hold = Hold::new(slot);
+    /// The model of `hosted`, loading it first if needed; the hold keeps it loaded.
+    pub(crate) async fn acquire(&self, hosted: &Arc<HostedModel>) -> Result<Acquired, HostError> {
+        let hold = Hold::new(hosted);
         let mut warm = true;
         loop {
             let rx = {
-                let st = slot.lock();
+                let st = hosted.lock();
                 match &st.phase {
                     Phase::Loaded(m) => {
                         return Ok(Acquired {
@@ -72,49 +73,52 @@ impl ModelPool {
                         })
                     }
                     Phase::Loading(rx) => rx.clone(),
-                    Phase::Unloaded if st.closed => return Err(ApiError::ShuttingDown),
+                    Phase::Unloaded if st.closed => return Err(HostError::ShuttingDown),
                     Phase::Unloaded => {
                         drop(st);
-                        self.start_load(slot)?
+                        self.start_load(hosted)?
                     }
                 }
             };
             warm = false;
-            wait(rx, &slot.name).await?;
+            wait(rx, &hosted.name).await?;
         }
     }
 
-    /// Loads `slot` now unless it is loaded (pinned models at start).
-    pub(crate) async fn ensure_loaded(&self, slot: &Arc<ModelSlot>) -> Result<(), ApiError> {
-        self.acquire(slot).await.map(drop)
+    /// Loads `hosted` now unless it is loaded (pinned models at start).
+    pub(crate) async fn ensure_loaded(&self, hosted: &Arc<HostedModel>) -> Result<(), HostError> {
+        self.acquire(hosted).await.map(drop)
     }
 
-    /// Starts loading `slot` (or joins a load under way), evicting what must go first.
-    fn start_load(&self, slot: &Arc<ModelSlot>) -> Result<watch::Receiver<LoadOutcome>, ApiError> {
+    /// Starts loading `hosted` (or joins a load under way), evicting what must go first.
+    fn start_load(
+        &self,
+        hosted: &Arc<HostedModel>,
+    ) -> Result<watch::Receiver<LoadOutcome>, HostError> {
         let _decide = self
             .decide
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let need = {
-            let st = slot.lock();
+            let st = hosted.lock();
             match &st.phase {
                 Phase::Loading(rx) => return Ok(rx.clone()),
                 Phase::Loaded(_) => return Ok(watch::channel(Some(Ok(()))).1),
                 Phase::Unloaded => st.bytes,
             }
         };
-        let Some(source) = slot.source.clone() else {
-            return Err(ApiError::ModelUnavailable {
-                model: slot.name.clone(),
+        let Some(source) = hosted.source.clone() else {
+            return Err(HostError::ModelUnavailable {
+                model: hosted.name.clone(),
                 reason: "it was unloaded and has no file to load it from".into(),
             });
         };
-        let victims = self.make_room(slot, need)?;
+        let victims = self.make_room(hosted, need)?;
         let (tx, rx) = watch::channel(None);
-        slot.lock().phase = Phase::Loading(rx.clone());
-        let slot = slot.clone();
+        hosted.lock().phase = Phase::Loading(rx.clone());
+        let hosted = hosted.clone();
         tokio::task::spawn_blocking(move || {
-            let outcome = load(&slot, &source, victims);
+            let outcome = load(&hosted, &source, victims);
             let _ = tx.send(Some(outcome));
         });
         Ok(rx)
@@ -124,18 +128,18 @@ impl ModelPool {
     /// them for the loader to stop. Nothing is unloaded when that can't make enough room.
     fn make_room(
         &self,
-        slot: &Arc<ModelSlot>,
+        hosted: &Arc<HostedModel>,
         need: u64,
-    ) -> Result<Vec<(String, LoadedModel)>, ApiError> {
+    ) -> Result<Vec<(String, LoadedModel)>, HostError> {
         let Some(budget) = self.budget else {
             return Ok(Vec::new());
         };
-        let others = || self.slots.iter().filter(|s| !Arc::ptr_eq(s, slot));
+        let others = || self.models.iter().filter(|s| !Arc::ptr_eq(s, hosted));
         let mut used: u64 = others().map(|s| s.charge()).sum();
         if used.saturating_add(need) <= budget {
             return Ok(Vec::new());
         }
-        let mut idle: Vec<(Instant, u64, &Arc<ModelSlot>)> = others()
+        let mut idle: Vec<(Instant, u64, &Arc<HostedModel>)> = others()
             .filter(|s| !s.pinned)
             .filter_map(|s| {
                 let st = s.lock();
@@ -147,8 +151,8 @@ impl ModelPool {
             })
             .collect();
         let freeable: u64 = idle.iter().map(|(_, b, _)| b).sum();
-        let no_room = |used: u64, freeable: u64| ApiError::NoRoom {
-            model: slot.name.clone(),
+        let no_room = |used: u64, freeable: u64| HostError::NoRoom {
+            model: hosted.name.clone(),
             need,
             budget,
             held: used.saturating_sub(freeable),
@@ -163,14 +167,14 @@ impl ModelPool {
                 break;
             }
             let mut st = s.lock();
-            // Re-checked under the slot's lock: a request may have taken it meanwhile.
+            // Re-checked under the model's lock: a request may have taken it meanwhile.
             if st.holders > 0 {
                 continue;
             }
             if let Phase::Loaded(m) = std::mem::replace(&mut st.phase, Phase::Unloaded) {
                 used = used.saturating_sub(st.bytes);
                 s.metrics.unloads.add(1);
-                tracing::info!(model = %s.name, for_model = %slot.name, "unloading idle model to make room");
+                tracing::info!(model = %s.name, for_model = %hosted.name, "unloading idle model to make room");
                 victims.push((s.name.clone(), m));
             }
         }
@@ -184,41 +188,41 @@ impl ModelPool {
 }
 
 /// Runs on a blocking thread: stops the evicted models (so their memory is free before
-/// more is taken), loads `source` and installs it in `slot`.
+/// more is taken), loads `source` and installs it in `hosted`.
 fn load(
-    slot: &ModelSlot,
+    hosted: &HostedModel,
     source: &ModelSource,
     victims: Vec<(String, LoadedModel)>,
-) -> Result<(), ApiError> {
+) -> Result<(), HostError> {
     stop_all(victims);
     let started = Instant::now();
-    tracing::info!(model = %slot.name, path = %source.path.display(), "loading model");
-    // A panic in a loader must not leave the slot loading forever.
+    tracing::info!(model = %hosted.name, path = %source.path.display(), "loading model");
+    // A panic in a loader must not leave the model loading forever.
     let loaded = std::panic::catch_unwind(AssertUnwindSafe(|| source.load()))
         .unwrap_or_else(|_| Err("the loader panicked".into()));
     match loaded {
         Ok(model) => {
-            slot.metrics.model_load.observe(started.elapsed());
-            if let Err(model) = slot.install(model, source.weights_bytes()) {
+            hosted.metrics.model_load.observe(started.elapsed());
+            if let Err(model) = hosted.install(model, source.weights_bytes()) {
                 model.stop();
-                return Err(ApiError::ShuttingDown);
+                return Err(HostError::ShuttingDown);
             }
             tracing::info!(
-                model = %slot.name,
+                model = %hosted.name,
                 seconds = started.elapsed().as_secs_f64(),
-                bytes = slot.memory_bytes(),
+                bytes = hosted.memory_bytes(),
                 "model ready"
             );
             Ok(())
         }
         Err(reason) => {
-            tracing::error!(model = %slot.name, %reason, "cannot load model");
-            slot.metrics.load_failures.add(1);
-            let mut st = slot.lock();
+            tracing::error!(model = %hosted.name, %reason, "cannot load model");
+            hosted.metrics.load_failures.add(1);
+            let mut st = hosted.lock();
             st.phase = Phase::Unloaded;
             st.failure = Some(reason.clone());
-            Err(ApiError::ModelUnavailable {
-                model: slot.name.clone(),
+            Err(HostError::ModelUnavailable {
+                model: hosted.name.clone(),
                 reason,
             })
         }
@@ -233,7 +237,7 @@ fn stop_all(models: Vec<(String, LoadedModel)>) {
 }
 
 /// Waits for the load behind `rx` to finish.
-async fn wait(mut rx: watch::Receiver<LoadOutcome>, model: &str) -> Result<(), ApiError> {
+async fn wait(mut rx: watch::Receiver<LoadOutcome>, model: &str) -> Result<(), HostError> {
     loop {
         if let Some(outcome) = rx.borrow_and_update().clone() {
             return outcome;
@@ -241,7 +245,7 @@ async fn wait(mut rx: watch::Receiver<LoadOutcome>, model: &str) -> Result<(), A
         if rx.changed().await.is_err() {
             // The loader ended without a word (it panicked).
             return rx.borrow().clone().unwrap_or_else(|| {
-                Err(ApiError::ModelUnavailable {
+                Err(HostError::ModelUnavailable {
                     model: model.to_string(),
                     reason: "the load was abandoned".into(),
                 })
