@@ -16,11 +16,11 @@ use futures_util::stream;
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
+use kiln_host::{ChoiceEvent, Generation};
 use serde::Serialize;
 use tracing::{Instrument, Span};
 
 use crate::error::ApiError;
-use kiln_host::{ChoiceEvent, Generation};
 
 use crate::lease::api_usage;
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use kiln_api::structured::{GuidedFields, ResponseFormat, StructuredOutputs, Tool};
 use kiln_constrain::{GrammarSpec, ToolCallSpec, ToolDef, ToolFormat, ToolMode};
 use kiln_engine::{ConstraintFactory, ServingModel};
+use kiln_host::HostedModel;
 
 use crate::error::ApiError;
 use crate::prompt::blocking;
-use kiln_host::HostedModel;
 
 /// The grammar a request's output must follow, and the field it came from.
 pub struct OutputGrammar {

@@ -45,6 +45,35 @@ pub struct SamplingFields<'a> {
     pub logprobs_param: &'static str,
 }
 
+/// The [`SamplingFields`] of an OpenAI chat or completions request (both name these
+/// fields alike), with the two that differ per endpoint: `max_tokens` and `logprobs`,
+/// each with the field it came from.
+macro_rules! openai_sampling_fields {
+    ($req:expr, $max_tokens:expr, $max_tokens_param:expr, $logprobs:expr, $logprobs_param:expr) => {
+        $crate::validate::SamplingFields {
+            temperature: $req.temperature,
+            top_p: $req.top_p,
+            top_k: $req.top_k,
+            min_p: $req.min_p,
+            repetition_penalty: $req.repetition_penalty,
+            presence_penalty: $req.presence_penalty,
+            frequency_penalty: $req.frequency_penalty,
+            logit_bias: $req.logit_bias.as_ref(),
+            seed: $req.seed,
+            n: $req.n,
+            max_tokens: $max_tokens,
+            max_tokens_param: $max_tokens_param,
+            min_tokens: $req.min_tokens,
+            ignore_eos: $req.ignore_eos,
+            stop: $req.stop.clone().map(|s| s.into_vec()),
+            stop_token_ids: $req.stop_token_ids.as_deref(),
+            logprobs: $logprobs,
+            logprobs_param: $logprobs_param,
+        }
+    };
+}
+pub(crate) use openai_sampling_fields;
+
 /// Checked sampling settings, ready to be combined with a prompt.
 #[derive(Debug, Clone)]
 pub struct Sampling {

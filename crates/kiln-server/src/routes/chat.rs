@@ -11,6 +11,7 @@ use kiln_api::chat::{
 };
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
+use kiln_host::{ChoiceEvent, Generation};
 use kiln_tokenizer::Tokenizer;
 
 use super::{admit, collect, finish_reason};
@@ -23,8 +24,7 @@ use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
 use crate::tool_calls::{self, Piece, ToolStream};
-use crate::validate::{Sampling, SamplingFields};
-use kiln_host::{ChoiceEvent, Generation};
+use crate::validate::{openai_sampling_fields, Sampling};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -64,26 +64,7 @@ pub async fn chat_completions(
         (None, m) => (m, "max_tokens"),
     };
     let sampling = Sampling::check(
-        &SamplingFields {
-            temperature: req.temperature,
-            top_p: req.top_p,
-            top_k: req.top_k,
-            min_p: req.min_p,
-            repetition_penalty: req.repetition_penalty,
-            presence_penalty: req.presence_penalty,
-            frequency_penalty: req.frequency_penalty,
-            logit_bias: req.logit_bias.as_ref(),
-            seed: req.seed,
-            n: req.n,
-            max_tokens,
-            max_tokens_param,
-            min_tokens: req.min_tokens,
-            ignore_eos: req.ignore_eos,
-            stop: req.stop.clone().map(|s| s.into_vec()),
-            stop_token_ids: req.stop_token_ids.as_deref(),
-            logprobs,
-            logprobs_param: "top_logprobs",
-        },
+        &openai_sampling_fields!(req, max_tokens, max_tokens_param, logprobs, "top_logprobs"),
         prompt::vocab_size(&model),
     )?;
     let messages = prompt::to_template_messages(&req.messages, "messages")?;

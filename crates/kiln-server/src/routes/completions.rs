@@ -10,6 +10,7 @@ use kiln_api::completions::{Completion, CompletionChoice, CompletionRequest, Pro
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_engine::ServingModel;
+use kiln_host::{ChoiceEvent, Generation};
 use kiln_tokenizer::Tokenizer;
 
 use super::chat::Head;
@@ -22,8 +23,7 @@ use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
 use crate::structured;
-use crate::validate::{Sampling, SamplingFields};
-use kiln_host::{ChoiceEvent, Generation};
+use crate::validate::{openai_sampling_fields, Sampling};
 
 /// Most prompts in one batch.
 pub const MAX_BATCH: usize = 64;
@@ -51,26 +51,7 @@ pub async fn completions(
         ));
     }
     let mut sampling = Sampling::check(
-        &SamplingFields {
-            temperature: req.temperature,
-            top_p: req.top_p,
-            top_k: req.top_k,
-            min_p: req.min_p,
-            repetition_penalty: req.repetition_penalty,
-            presence_penalty: req.presence_penalty,
-            frequency_penalty: req.frequency_penalty,
-            logit_bias: req.logit_bias.as_ref(),
-            seed: req.seed,
-            n: req.n,
-            max_tokens: req.max_tokens,
-            max_tokens_param: "max_tokens",
-            min_tokens: req.min_tokens,
-            ignore_eos: req.ignore_eos,
-            stop: req.stop.clone().map(|s| s.into_vec()),
-            stop_token_ids: req.stop_token_ids.as_deref(),
-            logprobs: req.logprobs,
-            logprobs_param: "logprobs",
-        },
+        &openai_sampling_fields!(req, req.max_tokens, "max_tokens", req.logprobs, "logprobs"),
         prompt::vocab_size(&model),
     )?;
     let grammar = structured::output_grammar(

@@ -15,6 +15,7 @@ use kiln_api::embeddings::{
     Embedding, EmbeddingInput, EmbeddingVector, EmbeddingsRequest, EmbeddingsResponse,
     EmbeddingsUsage, EncodingFormat,
 };
+use kiln_host::ModelKind;
 
 use super::admit;
 use crate::encoder::{check_count, input_error};
@@ -22,7 +23,6 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use kiln_host::ModelKind;
 
 pub async fn embeddings(
     State(state): State<AppState>,

@@ -10,12 +10,11 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use kiln_api::models::ModelCard;
+use kiln_host::{HostedModel, ModelKind, ModelStatus};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use kiln_host::ModelKind;
-use kiln_host::{HostedModel, ModelStatus};
 
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
     Json(json!({

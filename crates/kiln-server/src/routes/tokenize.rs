@@ -5,13 +5,13 @@ use axum::Json;
 use kiln_api::tokenize::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };
+use kiln_host::ModelKind;
 
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
-use kiln_host::ModelKind;
 
 pub async fn tokenize(
     State(state): State<AppState>,

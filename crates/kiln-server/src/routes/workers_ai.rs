@@ -14,6 +14,7 @@ use kiln_api::chat::{ChatMessage, Role};
 use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
+use kiln_host::{ChoiceEvent, Generation, HostedModel, ModelKind};
 
 use super::{admit, collect, workers_ai_encoders};
 use crate::error::ApiError;
@@ -27,9 +28,6 @@ use crate::tool_calls::{self, Piece, ToolStream};
 use crate::validate::{Sampling, SamplingFields};
 use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
 use kiln_api::workers_ai::AiToolCall;
-use kiln_host::HostedModel;
-use kiln_host::ModelKind;
-use kiln_host::{ChoiceEvent, Generation};
 
 /// Workers AI's default `max_tokens` (capped by what the context leaves).
 pub const DEFAULT_MAX_TOKENS: u32 = 256;

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::workers_ai::{AiEmbeddings, AiLabelScore, AiRunEnvelope, AiText, AiTextRequest};
+use kiln_host::HostedModel;
 
 use super::admit;
 use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use kiln_host::HostedModel;
 
 /// The pooling the served embedders use (kiln-encoder's BERT pipeline has only this).
 const POOLING: &str = "mean";
