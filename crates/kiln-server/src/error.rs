@@ -261,14 +261,8 @@ impl From<HostError> for ApiError {
                     endpoints,
                 }
             }
-            e @ (HostError::NoModelOfKind { .. } | HostError::TwoAdapters { .. }) => {
-                let param = if matches!(e, HostError::TwoAdapters { .. }) {
-                    "lora"
-                } else {
-                    "model"
-                };
-                ApiError::invalid(param, e.to_string())
-            }
+            e @ HostError::NoModelOfKind { .. } => ApiError::invalid("model", e.to_string()),
+            e @ HostError::TwoAdapters { .. } => ApiError::invalid("lora", e.to_string()),
             HostError::QueueFull { model, limit } => ApiError::QueueFull { model, limit },
             HostError::Busy { model, running } => ApiError::Busy { model, running },
             HostError::ShuttingDown => ApiError::ShuttingDown,

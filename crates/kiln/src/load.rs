@@ -71,22 +71,26 @@ pub fn catalogue_source(
     pin: bool,
     opts: &ServingOptions,
 ) -> anyhow::Result<ModelSource> {
-    let progress = BarProgress::new(spec.name);
-    cache
-        .ensure(spec, &progress)
-        .with_context(|| format!("cannot fetch {}", spec.name))?;
-    // A GGUF model is one file; an encoder is read from its directory.
-    let path = match spec.task {
-        Task::TextGeneration => cache.primary_path(spec),
-        _ => cache.model_dir(spec),
-    };
     Ok(ModelSource {
         name: spec.name.to_string(),
         aliases: spec.aliases.iter().map(|a| a.to_string()).collect(),
         task: spec.task.as_str().to_string(),
-        path,
+        path: fetched_path(cache, spec)?,
         options: opts.clone(),
         pin,
+    })
+}
+
+/// Where catalogue model `spec` lies once fetched into `cache` (fetching it if needed,
+/// with a progress bar): a GGUF model's file, an encoder's directory.
+fn fetched_path(cache: &Cache, spec: &'static ModelSpec) -> anyhow::Result<PathBuf> {
+    let progress = BarProgress::new(spec.name);
+    cache
+        .ensure(spec, &progress)
+        .with_context(|| format!("cannot fetch {}", spec.name))?;
+    Ok(match spec.task {
+        Task::TextGeneration => cache.primary_path(spec),
+        _ => cache.model_dir(spec),
     })
 }
 
@@ -97,9 +101,7 @@ pub fn gguf_path(global: &GlobalArgs, model: &str) -> anyhow::Result<PathBuf> {
         anyhow::ensure!(path.is_file(), "no model file at {}", path.display());
         return Ok(path.to_path_buf());
     }
-    let spec = text_spec(model)?;
-    let cache = global.cache()?;
-    Ok(catalogue_source(&cache, spec, false, &ServingOptions::detect())?.path)
+    fetched_path(&global.cache()?, text_spec(model)?)
 }
 
 /// `model` as a file path, when it is one rather than a catalogue name.
