@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use kiln_backend::KvCache;
+use kiln_backend::{Backend, CpuBackend};
 use kiln_model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -47,11 +47,11 @@ struct SeqMeta {
     constraint: Option<SeqConstraint>,
 }
 
-pub struct EngineCore {
-    model: Model,
-    kv_cache: KvCache,
+pub struct EngineCore<B: Backend = CpuBackend> {
+    model: Model<B>,
+    kv_cache: B::Kv,
     scheduler: Scheduler,
-    plan: StepPlan,
+    plan: StepPlan<B>,
     sched_out: SchedulerOutput,
     sampler: Sampler,
     meta: HashMap<SeqId, SeqMeta>,
@@ -64,9 +64,9 @@ pub struct EngineCore {
     pub stats: EngineStats,
 }
 
-impl EngineCore {
+impl<B: Backend> EngineCore<B> {
     /// Builds the KV cache and all step buffers up front.
-    pub fn new(model: Model, config: EngineConfig, eos_ids: Vec<u32>) -> Result<Self> {
+    pub fn new(model: Model<B>, config: EngineConfig, eos_ids: Vec<u32>) -> Result<Self> {
         if config.num_kv_blocks < config.blocks_per_full_seq() {
             return Err(Error::Config(format!(
                 "{} KV blocks can't hold one sequence of {} tokens ({} blocks of {}); \
@@ -135,7 +135,7 @@ impl EngineCore {
         self.scheduler.config.max_model_len
     }
 
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Model<B> {
         &self.model
     }
 
@@ -454,9 +454,9 @@ fn cache_key(req: &GenerateRequest) -> Vec<u8> {
 
 /// Marks the constraints of the sequences this step samples, so their masks are computed
 /// beside the forward pass; returns whether there are any.
-fn mark_masks_due(
+fn mark_masks_due<B: Backend>(
     metas: &mut HashMap<SeqId, SeqMeta>,
-    plan: &StepPlan,
+    plan: &StepPlan<B>,
     out: &SchedulerOutput,
     running: &[Sequence],
 ) -> bool {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use kiln_backend::Backend;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::core::{EngineCore, RequestId};
@@ -111,9 +112,10 @@ impl EngineThread {
 
 /// Starts the engine loop on its own OS thread, building the core there with `build`:
 /// the core's state (the block pool and everything holding blocks) never crosses threads.
-pub fn spawn<F>(build: F) -> Result<(EngineHandle, EngineThread)>
+pub fn spawn<F, B>(build: F) -> Result<(EngineHandle, EngineThread)>
 where
-    F: FnOnce() -> Result<EngineCore> + Send + 'static,
+    F: FnOnce() -> Result<EngineCore<B>> + Send + 'static,
+    B: Backend,
 {
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -194,7 +196,7 @@ impl EngineHandle {
     }
 }
 
-fn run_loop(mut core: EngineCore, rx: Receiver<Command>) {
+fn run_loop<B: Backend>(mut core: EngineCore<B>, rx: Receiver<Command>) {
     let mut draining = false;
     loop {
         if !core.has_work() {
@@ -224,7 +226,7 @@ fn run_loop(mut core: EngineCore, rx: Receiver<Command>) {
 }
 
 /// Applies one command; true if it asks the loop to drain.
-fn apply(core: &mut EngineCore, cmd: Command) -> bool {
+fn apply<B: Backend>(core: &mut EngineCore<B>, cmd: Command) -> bool {
     match cmd {
         Command::Add {
             req_id,

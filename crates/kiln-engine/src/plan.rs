@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use kiln_backend::{Backend, CpuBackend};
 use kiln_model::{BatchInput, LoraAdapter, LoraBatch, SeqSpan, Workspace};
 
 use crate::scheduler::SchedulerOutput;
@@ -16,7 +17,7 @@ use crate::scheduler::SchedulerOutput;
 pub const SAMPLE_ROW: u32 = u32::MAX;
 use crate::sequence::Sequence;
 
-pub struct StepPlan {
+pub struct StepPlan<B: Backend = CpuBackend> {
     pub token_ids: Vec<u32>,
     pub positions: Vec<u32>,
     pub slot_mapping: Vec<u32>,
@@ -32,10 +33,10 @@ pub struct StepPlan {
     /// 0: none). Both stay empty in a step without adapters.
     pub adapters: Vec<Arc<LoraAdapter>>,
     pub lora_rows: Vec<u16>,
-    pub workspace: Workspace,
+    pub workspace: Workspace<B>,
 }
 
-impl StepPlan {
+impl<B: Backend> StepPlan<B> {
     /// Buffers for steps of up to `max_rows` tokens, `max_seqs` sequences, `max_blocks`
     /// block-table entries and `max_logits` logits rows.
     pub fn new(
@@ -43,7 +44,7 @@ impl StepPlan {
         max_seqs: usize,
         max_blocks: usize,
         max_logits: usize,
-        workspace: Workspace,
+        workspace: Workspace<B>,
     ) -> Self {
         Self {
             token_ids: Vec::with_capacity(max_rows),
@@ -135,7 +136,7 @@ impl StepPlan {
 
     /// The model input for the built batch, the workspace to run it in, and for each
     /// logits row the index of its sequence in the scheduler output and its target.
-    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace, &[usize], &[u32]) {
+    pub fn input(&mut self) -> (BatchInput<'_>, &mut Workspace<B>, &[usize], &[u32]) {
         (
             BatchInput {
                 token_ids: &self.token_ids,

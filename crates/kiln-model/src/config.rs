@@ -1,6 +1,7 @@
 //! Hyper-parameters read from GGUF metadata, plus the per-architecture constants that the
 //! files don't carry.
 
+use kiln_backend::Activation;
 use kiln_formats::GgufFile;
 use kiln_kernels::ops::RopeStyle;
 
@@ -21,15 +22,6 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
         }
     }
-}
-
-/// The gate activation of the feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU: `silu(gate) * up`.
-    Silu,
-    /// GeGLU with the tanh approximation of GELU: `gelu(gate) * up`.
-    GeluTanh,
 }
 
 #[derive(Debug, Clone)]

@@ -1,29 +1,25 @@
-//! The transformer forward pass shared by every architecture.
+//! The transformer forward pass shared by every architecture, over any [`Backend`].
 //!
 //! One definition: architecture differences (biases, QK-norm, sandwich norms, GELU vs
 //! SiLU, sliding windows, embedding scale, RoPE style) are data in [`ModelConfig`] and
-//! optional weights, not separate code paths.
+//! optional weights, not separate code paths. Every op is a backend call over the whole
+//! step's rows, so the pass reads as the model's math and the backend owns the memory.
 
-use kiln_backend::{
-    matmul, matmul_same_input, paged_attention, AttentionParams, KvCache, MatmulScratch, QMatrix,
-    ThreadPool,
-};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use kiln_kernels::{ops, KernelTable};
+use kiln_backend::{AttentionParams, Backend, LowRank, MatmulInput, Rope, WeightMatrix};
 
-use crate::config::{Activation, ModelConfig};
-use crate::lora::{add_lora_delta, LoraBatch, Target};
+use crate::config::ModelConfig;
+use crate::lora::{LoraBatch, Target};
 use crate::weights::{LayerWeights, Weights};
 use crate::workspace::Workspace;
 use crate::BatchInput;
 
-pub(crate) struct Ctx<'a> {
+pub(crate) struct Ctx<'a, B: Backend> {
     pub cfg: &'a ModelConfig,
-    pub weights: &'a Weights,
-    pub pool: &'a ThreadPool,
-    pub kt: &'static KernelTable,
+    pub weights: &'a Weights<B>,
+    pub backend: &'a B,
     /// The step's adapters, applied after the projections they target.
     pub lora: LoraBatch<'a>,
     /// Time spent in matmuls and in attention during this pass (for the profile).
@@ -31,38 +27,19 @@ pub(crate) struct Ctx<'a> {
     pub attention_time: Cell<Duration>,
 }
 
-/// Whether a projection's input is the one the previous projection read (Q, K and V of
-/// a layer; gate and up), so its quantized activations can be reused.
-#[derive(Clone, Copy, PartialEq)]
-enum Input {
-    New,
-    Same,
-}
-
-impl Ctx<'_> {
+impl<B: Backend> Ctx<'_, B> {
+    #[allow(clippy::too_many_arguments)]
     fn linear(
         &self,
-        w: &QMatrix,
-        x: &[f32],
+        w: &B::Matrix,
+        x: &B::Activations,
         rows: usize,
-        out: &mut [f32],
-        act: &mut MatmulScratch,
-        input: Input,
+        out: &mut B::Activations,
+        act: &mut B::MatmulScratch,
+        input: MatmulInput,
     ) {
         let start = Instant::now();
-        let mm = match input {
-            Input::New => matmul,
-            Input::Same => matmul_same_input,
-        };
-        mm(
-            self.pool,
-            self.kt,
-            w,
-            &x[..rows * w.cols],
-            rows,
-            &mut out[..rows * w.rows],
-            act,
-        );
+        self.backend.matmul(w, x, rows, out, act, input);
         self.matmul_time
             .set(self.matmul_time.get() + start.elapsed());
     }
@@ -73,115 +50,104 @@ impl Ctx<'_> {
     fn project(
         &self,
         (l, target): (usize, Target),
-        input: Input,
-        w: &QMatrix,
-        x: &[f32],
+        input: MatmulInput,
+        w: &B::Matrix,
+        x: &B::Activations,
         rows: usize,
-        out: &mut [f32],
-        act: &mut MatmulScratch,
+        out: &mut B::Activations,
+        act: &mut B::MatmulScratch,
     ) {
         self.linear(w, x, rows, out, act, input);
         if self.lora.is_empty() {
             return;
         }
         let start = Instant::now();
-        add_lora_delta(
-            self.pool, &self.lora, l, target, x, w.cols, rows, out, w.rows,
-        );
+        let (inputs, outputs) = (w.cols(), w.rows());
+        let lora = &self.lora;
+        self.backend
+            .add_low_rank(x, inputs, rows, out, outputs, |r| {
+                let p = lora.adapter(r)?.pair(l, target)?;
+                // Batch validation checked every adapter fits the model; this keeps a
+                // mismatch from ever indexing out of bounds.
+                ((p.inputs, p.outputs) == (inputs, outputs)).then_some(LowRank {
+                    rank: p.rank,
+                    a: &p.a,
+                    b_t: &p.b_t,
+                })
+            });
         self.matmul_time
             .set(self.matmul_time.get() + start.elapsed());
     }
 
     /// Runs every layer over the batch and writes logits for `batch.logits_rows`.
-    pub fn forward(&self, batch: &BatchInput<'_>, kv: &mut KvCache, ws: &mut Workspace) {
-        let (cfg, n) = (self.cfg, batch.n_rows());
-        let d = cfg.d_model;
-        for (r, &tok) in batch.token_ids.iter().enumerate() {
-            let row = &mut ws.x[r * d..(r + 1) * d];
-            self.weights
-                .token_embd
-                .dequantize_row(self.kt, tok as usize, row);
-            if let Some(s) = cfg.embed_scale {
-                row.iter_mut().for_each(|v| *v *= s);
-            }
-        }
-        for (l, lw) in self.weights.layers.iter().enumerate() {
+    pub fn forward(&self, batch: &BatchInput<'_>, kv: &mut B::Kv, ws: &mut Workspace<B>) {
+        let (cfg, b, w) = (self.cfg, self.backend, self.weights);
+        b.embed(&w.token_embd, batch.token_ids, cfg.embed_scale, &mut ws.x);
+        for (l, lw) in w.layers.iter().enumerate() {
             self.attention_block(l, lw, batch, kv, ws);
-            self.ffn_block(l, lw, n, ws);
+            self.ffn_block(l, lw, batch.n_rows(), ws);
         }
-        let m = batch.logits_rows.len();
-        for (i, &r) in batch.logits_rows.iter().enumerate() {
-            let r = r as usize;
-            ops::rms_norm(
-                &ws.x[r * d..(r + 1) * d],
-                &self.weights.output_norm,
-                cfg.rms_eps,
-                &mut ws.final_h[i * d..(i + 1) * d],
-            );
-        }
-        let vocab = cfg.vocab_size;
-        self.linear(
-            &self.weights.output,
-            &ws.final_h,
-            m,
-            &mut ws.logits[..m * vocab],
-            &mut ws.act,
-            Input::New,
+        let (d, eps) = (cfg.d_model, cfg.rms_eps);
+        b.gather_rms_norm(
+            &ws.x,
+            batch.logits_rows,
+            &w.output_norm,
+            eps,
+            d,
+            &mut ws.final_h,
         );
+        let m = batch.logits_rows.len();
+        let (final_h, act) = (&ws.final_h, &mut ws.act);
+        self.linear(&w.output, final_h, m, &mut ws.logits, act, MatmulInput::New);
     }
 
     fn attention_block(
         &self,
         l: usize,
-        lw: &LayerWeights,
+        lw: &LayerWeights<B>,
         batch: &BatchInput<'_>,
-        kv: &mut KvCache,
-        ws: &mut Workspace,
+        kv: &mut B::Kv,
+        ws: &mut Workspace<B>,
     ) {
-        let cfg = self.cfg;
-        let (n, d, hd) = (batch.n_rows(), cfg.d_model, cfg.head_dim);
+        let (cfg, b) = (self.cfg, self.backend);
+        let (n, d, hd, eps) = (batch.n_rows(), cfg.d_model, cfg.head_dim, cfg.rms_eps);
         let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-        self.rms_norm_rows(&ws.x, &lw.attn_norm, n, &mut ws.h);
+        b.rms_norm(&ws.x, &lw.attn_norm, eps, n, d, &mut ws.h);
         let (h, act) = (&ws.h, &mut ws.act);
-        self.project((l, Target::Q), Input::New, &lw.wq, h, n, &mut ws.q, act);
-        self.project((l, Target::K), Input::Same, &lw.wk, h, n, &mut ws.k, act);
-        self.project((l, Target::V), Input::Same, &lw.wv, h, n, &mut ws.v, act);
-        add_bias(&mut ws.q[..n * qd], lw.bq.as_deref());
-        add_bias(&mut ws.k[..n * kvd], lw.bk.as_deref());
-        add_bias(&mut ws.v[..n * kvd], lw.bv.as_deref());
+        let (new, same) = (MatmulInput::New, MatmulInput::Same);
+        self.project((l, Target::Q), new, &lw.wq, h, n, &mut ws.q, act);
+        self.project((l, Target::K), same, &lw.wk, h, n, &mut ws.k, act);
+        self.project((l, Target::V), same, &lw.wv, h, n, &mut ws.v, act);
+        for (x, bias, width) in [
+            (&mut ws.q, &lw.bq, qd),
+            (&mut ws.k, &lw.bk, kvd),
+            (&mut ws.v, &lw.bv, kvd),
+        ] {
+            if let Some(bias) = bias {
+                b.add_bias(x, bias, n, width);
+            }
+        }
         if let Some(w) = &lw.q_norm {
-            norm_rows_inplace(&mut ws.q[..n * qd], w, cfg.rms_eps, hd);
+            b.rms_norm_inplace(&mut ws.q, w, eps, n * qd, hd);
         }
         if let Some(w) = &lw.k_norm {
-            norm_rows_inplace(&mut ws.k[..n * kvd], w, cfg.rms_eps, hd);
+            b.rms_norm_inplace(&mut ws.k, w, eps, n * kvd, hd);
         }
         let local = cfg.layer_is_local[l];
-        let base = if local {
-            cfg.rope_base_local
-        } else {
-            cfg.rope_base
+        let rope = Rope {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            dims: cfg.rope_dims,
+            base: if local {
+                cfg.rope_base_local
+            } else {
+                cfg.rope_base
+            },
+            style: cfg.rope_style,
         };
-        for r in 0..n {
-            let pos = batch.positions[r];
-            let q = &mut ws.q[r * qd..(r + 1) * qd];
-            ops::rope_inplace(q, cfg.n_heads, hd, cfg.rope_dims, pos, base, cfg.rope_style);
-            let k = &mut ws.k[r * kvd..(r + 1) * kvd];
-            ops::rope_inplace(
-                k,
-                cfg.n_kv_heads,
-                hd,
-                cfg.rope_dims,
-                pos,
-                base,
-                cfg.rope_style,
-            );
-            kv.write(
-                l,
-                batch.slot_mapping[r] as usize,
-                &ws.k[r * kvd..(r + 1) * kvd],
-                &ws.v[r * kvd..(r + 1) * kvd],
-            );
-        }
+        let (q, k, v) = (&mut ws.q, &mut ws.k, &ws.v);
+        b.rope_and_store_kv(&rope, batch.positions, q, k, v, kv, l, batch.slot_mapping);
         let params = AttentionParams {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
@@ -191,113 +157,41 @@ impl Ctx<'_> {
             max_context: ws.max_context.unwrap_or(cfg.context_length),
         };
         let start = Instant::now();
-        paged_attention(
-            self.pool,
+        b.attention(
             kv,
             l,
             &params,
-            &ws.q[..n * qd],
+            &ws.q,
             batch.positions,
             batch.seqs,
             batch.block_tables,
-            &mut ws.attn[..n * qd],
+            &mut ws.attn,
         );
         self.attention_time
             .set(self.attention_time.get() + start.elapsed());
-        self.project(
-            (l, Target::O),
-            Input::New,
-            &lw.wo,
-            &ws.attn,
-            n,
-            &mut ws.o,
-            &mut ws.act,
-        );
+        let (attn, act) = (&ws.attn, &mut ws.act);
+        let o = &mut ws.o;
+        self.project((l, Target::O), MatmulInput::New, &lw.wo, attn, n, o, act);
         if let Some(w) = &lw.post_attn_norm {
-            norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
+            b.rms_norm_inplace(&mut ws.o, w, eps, n * d, d);
         }
-        self.add_rows(&mut ws.x[..n * d], &ws.o[..n * d]);
+        b.add_rows(&mut ws.x, &ws.o, n, d);
     }
 
-    fn ffn_block(&self, l: usize, lw: &LayerWeights, n: usize, ws: &mut Workspace) {
-        let cfg = self.cfg;
-        let (d, ff) = (cfg.d_model, cfg.ffn_dim);
-        self.rms_norm_rows(&ws.x, &lw.ffn_norm, n, &mut ws.h);
+    fn ffn_block(&self, l: usize, lw: &LayerWeights<B>, n: usize, ws: &mut Workspace<B>) {
+        let (cfg, b) = (self.cfg, self.backend);
+        let (d, ff, eps) = (cfg.d_model, cfg.ffn_dim, cfg.rms_eps);
+        b.rms_norm(&ws.x, &lw.ffn_norm, eps, n, d, &mut ws.h);
         let (h, act) = (&ws.h, &mut ws.act);
-        self.project(
-            (l, Target::Gate),
-            Input::New,
-            &lw.w_gate,
-            h,
-            n,
-            &mut ws.gate,
-            act,
-        );
-        self.project(
-            (l, Target::Up),
-            Input::Same,
-            &lw.w_up,
-            h,
-            n,
-            &mut ws.up,
-            act,
-        );
-        let (gate, up) = (&mut ws.gate[..n * ff], &ws.up[..n * ff]);
-        let act = match cfg.activation {
-            Activation::Silu => ops::swiglu_inplace,
-            Activation::GeluTanh => ops::geglu_tanh_inplace,
-        };
-        self.pool
-            .for_each_chunk_mut(gate, ff, ROWS_PER_TASK, |r, g| {
-                act(g, &up[r * ff..(r + 1) * ff])
-            });
-        self.project(
-            (l, Target::Down),
-            Input::New,
-            &lw.w_down,
-            &ws.gate,
-            n,
-            &mut ws.o,
-            &mut ws.act,
-        );
+        let (new, same) = (MatmulInput::New, MatmulInput::Same);
+        self.project((l, Target::Gate), new, &lw.w_gate, h, n, &mut ws.gate, act);
+        self.project((l, Target::Up), same, &lw.w_up, h, n, &mut ws.up, act);
+        b.gated_activation(&mut ws.gate, &ws.up, n, ff, cfg.activation);
+        let (gate, act) = (&ws.gate, &mut ws.act);
+        self.project((l, Target::Down), new, &lw.w_down, gate, n, &mut ws.o, act);
         if let Some(w) = &lw.post_ffn_norm {
-            norm_rows_inplace(&mut ws.o[..n * d], w, cfg.rms_eps, d);
+            b.rms_norm_inplace(&mut ws.o, w, eps, n * d, d);
         }
-        self.add_rows(&mut ws.x[..n * d], &ws.o[..n * d]);
-    }
-
-    /// `out[r] = rms_norm(x[r]) · w` for the first `n` rows, over the pool.
-    fn rms_norm_rows(&self, x: &[f32], w: &[f32], n: usize, out: &mut [f32]) {
-        let (d, eps) = (self.cfg.d_model, self.cfg.rms_eps);
-        self.pool
-            .for_each_chunk_mut(&mut out[..n * d], d, ROWS_PER_TASK, |r, o| {
-                ops::rms_norm(&x[r * d..(r + 1) * d], w, eps, o);
-            });
-    }
-
-    /// The residual add `x += o`, row by row over the pool.
-    fn add_rows(&self, x: &mut [f32], o: &[f32]) {
-        let d = self.cfg.d_model;
-        self.pool.for_each_chunk_mut(x, d, ROWS_PER_TASK, |r, row| {
-            ops::add_inplace(row, &o[r * d..(r + 1) * d]);
-        });
-    }
-}
-
-/// Rows per pool task for the element-wise ops: enough work to pay for the hand-off.
-const ROWS_PER_TASK: usize = 4;
-
-/// RMS-normalises each `width`-wide chunk of `x` in place (rows, or heads within rows).
-fn norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
-    for chunk in x.chunks_exact_mut(width) {
-        ops::rms_norm_inplace(chunk, w, eps);
-    }
-}
-
-fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            ops::add_inplace(row, b);
-        }
+        b.add_rows(&mut ws.x, &ws.o, n, d);
     }
 }

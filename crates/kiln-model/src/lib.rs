@@ -1,8 +1,9 @@
 //! Model architectures over Kiln's backend: `llama` (SmolLM2), `qwen2` and `gemma3`.
 //!
 //! One transformer definition ([`forward`]) covers all three; their differences are
-//! data in [`ModelConfig`] plus optional weights. Weights stay in the GGUF mapping and go
-//! through one quant-agnostic matmul. The API is batch-first: a [`BatchInput`] is a flat
+//! data in [`ModelConfig`] plus optional weights. It is written against the
+//! [`Backend`] trait and runs on [`CpuBackend`] unless given another; on the CPU weights
+//! stay in the GGUF mapping and go through one quant-agnostic matmul. The API is batch-first: a [`BatchInput`] is a flat
 //! list of tokens from many sequences with per-token positions and KV slots, read and
 //! written through paged block tables. The model holds no request state and no sampling
 //! policy. [`perplexity`] scores a tokenized text as llama.cpp's `llama-perplexity` does.
@@ -19,25 +20,26 @@ mod workspace;
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_backend::{KvCache, KvDtype, KvShape, ThreadPool};
+use kiln_backend::{Backend, CpuBackend, KvDtype, KvShape};
 use kiln_formats::GgufFile;
 use kiln_kernels::KernelTable;
 
 pub use batch::BatchInput;
-pub use config::{Activation, Arch, ModelConfig};
+pub use config::{Arch, ModelConfig};
 pub use error::{Error, Result};
+pub use kiln_backend::Activation;
 pub use kiln_backend::SeqSpan;
 pub use lora::{LoraAdapter, LoraBatch, LoraError};
 pub use workspace::{ForwardProfile, Workspace};
 
-/// A loaded model: configuration, weights bound to the file mapping, and the worker pool.
-pub struct Model {
+/// A loaded model: configuration, and weights bound to the file mapping in the memory of
+/// backend `B`, which runs its steps.
+pub struct Model<B: Backend = CpuBackend> {
     file: Arc<GgufFile>,
     config: ModelConfig,
-    weights: weights::Weights,
+    weights: weights::Weights<B>,
     packed_bytes: usize,
-    pool: ThreadPool,
-    kernels: &'static KernelTable,
+    backend: B,
 }
 
 /// Options that don't come from the model file.
@@ -62,19 +64,28 @@ impl LoadOptions {
     }
 }
 
-impl Model {
+impl Model<CpuBackend> {
     /// Maps a GGUF file and binds its weights (no tensor data is copied).
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
         let file = Arc::new(GgufFile::open(path)?);
         Self::from_gguf(file, opts)
     }
 
+    /// Binds `file`'s weights for the CPU backend, repacked if `opts.repack`.
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self> {
+        let backend = CpuBackend::new(opts.threads, opts.kernels);
+        Self::with_backend(file, backend, opts.repack)
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Binds `file`'s weights in `backend`, and prepares the matmul weights for its
+    /// kernels if `prepare` (see [`Backend::prepare`]).
+    pub fn with_backend(file: Arc<GgufFile>, backend: B, prepare: bool) -> Result<Self> {
         let config = ModelConfig::from_gguf(&file)?;
-        let mut weights = weights::Weights::load(&file, &config)?;
-        let pool = ThreadPool::new(opts.threads);
-        let packed_bytes = if opts.repack {
-            weights.pack(opts.kernels, &pool, &file)
+        let mut weights = weights::Weights::load(&file, &config, &backend)?;
+        let packed_bytes = if prepare {
+            weights.prepare(&backend, &file)
         } else {
             0
         };
@@ -83,8 +94,7 @@ impl Model {
             config,
             weights,
             packed_bytes,
-            pool,
-            kernels: opts.kernels,
+            backend,
         })
     }
 
@@ -120,8 +130,9 @@ impl Model {
     }
 
     /// A KV cache for this model.
-    pub fn new_kv_cache(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvCache {
-        KvCache::new(self.kv_shape(num_blocks, block_size), dtype)
+    pub fn new_kv_cache(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> B::Kv {
+        let shape = self.kv_shape(num_blocks, block_size);
+        self.backend.new_kv(shape, dtype)
     }
 
     /// A workspace already sized for batches of up to `max_rows` tokens and
@@ -132,9 +143,9 @@ impl Model {
         max_rows: usize,
         max_logits_rows: usize,
         max_context: usize,
-    ) -> Workspace {
+    ) -> Workspace<B> {
         let mut ws = Workspace::new();
-        ws.ensure(&self.config, max_rows, max_logits_rows);
+        ws.ensure(&self.backend, &self.config, max_rows, max_logits_rows);
         ws.max_context = Some(max_context);
         ws
     }
@@ -145,10 +156,10 @@ impl Model {
     pub fn forward<'w>(
         &self,
         batch: &BatchInput<'_>,
-        kv: &mut KvCache,
-        ws: &'w mut Workspace,
+        kv: &mut B::Kv,
+        ws: &'w mut Workspace<B>,
     ) -> Result<&'w mut [f32]> {
-        let s = kv.shape;
+        let s = B::kv_shape(kv);
         if (s.n_layers, s.n_kv_heads, s.head_dim)
             != (
                 self.config.n_layers,
@@ -162,12 +173,11 @@ impl Model {
         }
         batch.validate(&self.config, s.block_size, s.num_blocks)?;
         let m = batch.logits_rows.len();
-        ws.ensure(&self.config, batch.n_rows(), m);
+        ws.ensure(&self.backend, &self.config, batch.n_rows(), m);
         let ctx = forward::Ctx {
             cfg: &self.config,
             weights: &self.weights,
-            pool: &self.pool,
-            kt: self.kernels,
+            backend: &self.backend,
             lora: batch.lora,
             matmul_time: Default::default(),
             attention_time: Default::default(),
@@ -180,6 +190,7 @@ impl Model {
             attention,
             other: start.elapsed().saturating_sub(matmul + attention),
         };
-        Ok(&mut ws.logits[..m * self.config.vocab_size])
+        let len = m * self.config.vocab_size;
+        Ok(self.backend.host(&mut ws.logits, len))
     }
 }

@@ -2,43 +2,43 @@
 
 use std::sync::Arc;
 
-use kiln_backend::{QMatrix, ThreadPool, WeightBytes};
+use kiln_backend::{Backend, WeightBytes, WeightMatrix};
 use kiln_formats::{GgmlType, GgufFile};
-use kiln_kernels::KernelTable;
 use kiln_kernels::WeightType;
 
 use crate::config::{Arch, ModelConfig};
 use crate::{Error, Result};
 
-/// One transformer block's weights. Optional parts exist only for some architectures.
-pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
-    pub wq: QMatrix,
-    pub wk: QMatrix,
-    pub wv: QMatrix,
-    pub wo: QMatrix,
+/// One transformer block's weights, in backend `B`'s memory. Optional parts exist only
+/// for some architectures.
+pub struct LayerWeights<B: Backend> {
+    pub attn_norm: B::Vector,
+    pub wq: B::Matrix,
+    pub wk: B::Matrix,
+    pub wv: B::Matrix,
+    pub wo: B::Matrix,
     /// Qwen2's QKV biases.
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
+    pub bq: Option<B::Vector>,
+    pub bk: Option<B::Vector>,
+    pub bv: Option<B::Vector>,
     /// Gemma 3's per-head RMSNorm of q and k.
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
+    pub q_norm: Option<B::Vector>,
+    pub k_norm: Option<B::Vector>,
     /// Gemma 3's "sandwich" norms after attention and after the FFN.
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
-    pub w_gate: QMatrix,
-    pub w_up: QMatrix,
-    pub w_down: QMatrix,
-    pub post_ffn_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<B::Vector>,
+    pub ffn_norm: B::Vector,
+    pub w_gate: B::Matrix,
+    pub w_up: B::Matrix,
+    pub w_down: B::Matrix,
+    pub post_ffn_norm: Option<B::Vector>,
 }
 
-pub struct Weights {
-    pub token_embd: QMatrix,
-    pub layers: Vec<LayerWeights>,
-    pub output_norm: Vec<f32>,
+pub struct Weights<B: Backend> {
+    pub token_embd: B::Matrix,
+    pub layers: Vec<LayerWeights<B>>,
+    pub output_norm: B::Vector,
     /// The LM head: `output.weight`, or the embedding matrix when they are tied.
-    pub output: QMatrix,
+    pub output: B::Matrix,
 }
 
 fn weight_type(t: GgmlType) -> Option<WeightType> {
@@ -57,11 +57,12 @@ fn weight_type(t: GgmlType) -> Option<WeightType> {
     })
 }
 
-struct Loader<'a> {
+struct Loader<'a, B> {
     file: &'a Arc<GgufFile>,
+    backend: &'a B,
 }
 
-impl Loader<'_> {
+impl<B: Backend> Loader<'_, B> {
     fn shape_err(name: &str, expected: &[usize], found: &[u64]) -> Error {
         Error::TensorShape {
             name: name.to_string(),
@@ -71,7 +72,7 @@ impl Loader<'_> {
     }
 
     /// A `rows × cols` matrix (GGUF shape `[cols, rows]`), kept in the mapping.
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<B::Matrix> {
         let info =
             self.file
                 .tensor_info(name)
@@ -92,14 +93,16 @@ impl Loader<'_> {
             offset: info.offset as usize,
             len: info.size as usize,
         };
-        QMatrix::new(ty, rows, cols, bytes).ok_or_else(|| Error::UnsupportedWeightType {
-            name: name.to_string(),
-            ty: format!("{} with rows of {cols}", info.dtype),
-        })
+        self.backend
+            .matrix(ty, rows, cols, bytes)
+            .ok_or_else(|| Error::UnsupportedWeightType {
+                name: name.to_string(),
+                ty: format!("{} with rows of {cols}", info.dtype),
+            })
     }
 
     /// A small F32 vector (norm weights, biases), copied out of the mapping.
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+    fn vector(&self, name: &str, len: usize) -> Result<B::Vector> {
         let t = self.file.tensor(name)?;
         if t.shape != [len as u64] {
             return Err(Self::shape_err(name, &[len], t.shape));
@@ -110,13 +113,15 @@ impl Loader<'_> {
                 ty: format!("{} (vectors must be F32)", t.dtype),
             });
         }
-        Ok(t.data
+        let values = t
+            .data
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+            .collect();
+        Ok(self.backend.vector(values))
     }
 
-    fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    fn optional_vector(&self, name: &str, len: usize) -> Result<Option<B::Vector>> {
         if self.file.has_tensor(name) {
             self.vector(name, len).map(Some)
         } else {
@@ -125,7 +130,7 @@ impl Loader<'_> {
     }
 }
 
-impl Weights {
+impl<B: Backend> Weights<B> {
     /// Weight bytes one forward pass streams through its matmuls (every layer's
     /// projections and the LM head), whatever the batch size: what bounds batch-1 decode.
     pub fn matmul_bytes(&self) -> usize {
@@ -137,25 +142,18 @@ impl Weights {
                     &lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down,
                 ]
             })
-            .map(QMatrix::bytes_read)
+            .map(WeightMatrix::bytes_read)
             .sum();
         layers + self.output.bytes_read()
     }
 
-    /// Repacks every matmul weight (not the embedding table, which is only looked up)
-    /// for `kt`'s packed kernels where it has them, and releases the mapped pages of the
-    /// packed ones (never read again by the matmul); returns the bytes the copies take.
-    pub fn pack(&mut self, kt: &KernelTable, pool: &ThreadPool, file: &GgufFile) -> usize {
+    /// Prepares every matmul weight (not the embedding table, which is only looked up)
+    /// for the backend's kernels, and hands back to the OS the mapped pages the backend
+    /// will not read again; returns the bytes the backend's copies take.
+    pub fn prepare(&mut self, backend: &B, file: &GgufFile) -> usize {
         let mut bytes = 0;
-        let release = |m: &QMatrix| {
-            if m.packed_bytes() > 0 {
-                if let Some((offset, len)) = m.mapped_range() {
-                    file.release_range(offset, len);
-                }
-            }
-        };
-        for lw in &mut self.layers {
-            for m in [
+        let matrices = self.layers.iter_mut().flat_map(|lw| {
+            [
                 &mut lw.wq,
                 &mut lw.wk,
                 &mut lw.wv,
@@ -163,25 +161,26 @@ impl Weights {
                 &mut lw.w_gate,
                 &mut lw.w_up,
                 &mut lw.w_down,
-            ] {
-                m.pack(kt, pool);
-                bytes += m.packed_bytes();
-                release(m);
+            ]
+        });
+        for m in matrices.chain([&mut self.output]) {
+            let prepared = backend.prepare(m);
+            bytes += prepared.copy_bytes;
+            if let Some((offset, len)) = prepared.unused_mapping {
+                file.release_range(offset, len);
             }
         }
-        self.output.pack(kt, pool);
-        release(&self.output);
-        bytes + self.output.packed_bytes()
+        bytes
     }
 
-    pub fn load(file: &Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self> {
-        let l = Loader { file };
+    pub fn load(file: &Arc<GgufFile>, cfg: &ModelConfig, backend: &B) -> Result<Self> {
+        let l = Loader { file, backend };
         let (d, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
         let gemma = cfg.arch == Arch::Gemma3;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let required_if = |cond: bool, name: String, len: usize| -> Result<Option<Vec<f32>>> {
+            let required_if = |cond: bool, name: String, len: usize| -> Result<Option<B::Vector>> {
                 if cond {
                     l.vector(&name, len).map(Some)
                 } else {

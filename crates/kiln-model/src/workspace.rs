@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use kiln_backend::{Backend, CpuBackend};
+
 use crate::config::ModelConfig;
 
 /// Where the last forward pass spent its time (the engine's per-step profile reads it).
@@ -15,31 +17,53 @@ pub struct ForwardProfile {
     pub other: Duration,
 }
 
-/// Scratch memory sized for a number of rows; grows when a larger batch arrives and is
-/// otherwise reused, so steady-state steps don't allocate.
-#[derive(Default)]
-pub struct Workspace {
+/// Scratch memory in backend `B`'s memory, sized for a number of rows; grows when a
+/// larger batch arrives and is otherwise reused, so steady-state steps don't allocate.
+pub struct Workspace<B: Backend = CpuBackend> {
     pub(crate) rows: usize,
     pub(crate) logits_rows: usize,
-    pub(crate) x: Vec<f32>,
-    pub(crate) h: Vec<f32>,
-    pub(crate) q: Vec<f32>,
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-    pub(crate) attn: Vec<f32>,
-    pub(crate) o: Vec<f32>,
-    pub(crate) gate: Vec<f32>,
-    pub(crate) up: Vec<f32>,
-    pub(crate) act: kiln_backend::MatmulScratch,
-    pub(crate) final_h: Vec<f32>,
-    pub(crate) logits: Vec<f32>,
+    pub(crate) x: B::Activations,
+    pub(crate) h: B::Activations,
+    pub(crate) q: B::Activations,
+    pub(crate) k: B::Activations,
+    pub(crate) v: B::Activations,
+    pub(crate) attn: B::Activations,
+    pub(crate) o: B::Activations,
+    pub(crate) gate: B::Activations,
+    pub(crate) up: B::Activations,
+    pub(crate) act: B::MatmulScratch,
+    pub(crate) final_h: B::Activations,
+    pub(crate) logits: B::Activations,
     /// Longest sequence the caller will run (sizes attention scratch once); `None` means
     /// the model's context length.
     pub(crate) max_context: Option<usize>,
     pub(crate) profile: ForwardProfile,
 }
 
-impl Workspace {
+impl<B: Backend> Default for Workspace<B> {
+    fn default() -> Self {
+        Self {
+            rows: 0,
+            logits_rows: 0,
+            x: Default::default(),
+            h: Default::default(),
+            q: Default::default(),
+            k: Default::default(),
+            v: Default::default(),
+            attn: Default::default(),
+            o: Default::default(),
+            gate: Default::default(),
+            up: Default::default(),
+            act: Default::default(),
+            final_h: Default::default(),
+            logits: Default::default(),
+            max_context: None,
+            profile: ForwardProfile::default(),
+        }
+    }
+}
+
+impl<B: Backend> Workspace<B> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -50,9 +74,9 @@ impl Workspace {
     }
 
     /// Makes room for `rows` tokens and `logits_rows` rows of logits.
-    pub(crate) fn ensure(&mut self, cfg: &ModelConfig, rows: usize, logits_rows: usize) {
+    pub(crate) fn ensure(&mut self, b: &B, cfg: &ModelConfig, rows: usize, logits_rows: usize) {
         if rows > self.rows {
-            let grow = |v: &mut Vec<f32>, w: usize| v.resize(rows * w, 0.0);
+            let grow = |v: &mut B::Activations, w: usize| b.reserve(v, rows * w);
             grow(&mut self.x, cfg.d_model);
             grow(&mut self.h, cfg.d_model);
             grow(&mut self.q, cfg.q_dim());
@@ -65,8 +89,8 @@ impl Workspace {
             self.rows = rows;
         }
         if logits_rows > self.logits_rows {
-            self.final_h.resize(logits_rows * cfg.d_model, 0.0);
-            self.logits.resize(logits_rows * cfg.vocab_size, 0.0);
+            b.reserve(&mut self.final_h, logits_rows * cfg.d_model);
+            b.reserve(&mut self.logits, logits_rows * cfg.vocab_size);
             self.logits_rows = logits_rows;
         }
     }

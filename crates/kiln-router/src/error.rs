@@ -6,10 +6,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use kiln_api::ErrorResponse;
+use kiln_http::OpenAiError;
 
 /// What keeps the router from starting.
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +42,6 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Seconds a 429 or 503 from the router asks the client to wait.
-pub const RETRY_AFTER_SECS: u64 = 1;
-
 /// An error response the router makes itself (a node's own errors pass through as the
 /// node sent them).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -73,8 +69,8 @@ pub enum ApiError {
     ShuttingDown,
 }
 
-impl ApiError {
-    pub fn status(&self) -> StatusCode {
+impl OpenAiError for ApiError {
+    fn status(&self) -> StatusCode {
         match self {
             ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
                 StatusCode::NOT_FOUND
@@ -89,19 +85,7 @@ impl ApiError {
         }
     }
 
-    /// OpenAI's `type` field.
-    pub fn kind(&self) -> &'static str {
-        match self.status() {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::NOT_FOUND => "not_found_error",
-            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            s if s.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
-    /// OpenAI's `code` field.
-    pub fn code(&self) -> &'static str {
+    fn code(&self) -> &'static str {
         match self {
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::RouteNotFound { .. } => "not_found",
@@ -116,44 +100,24 @@ impl ApiError {
         }
     }
 
-    pub fn param(&self) -> Option<String> {
+    fn param(&self) -> Option<String> {
         match self {
             ApiError::ModelNotFound { .. } | ApiError::NoNode { .. } => Some("model".into()),
             _ => None,
         }
     }
 
-    /// The JSON body (also the payload of an SSE error event).
-    pub fn body(&self) -> ErrorResponse {
-        ErrorResponse::new(
-            self.to_string(),
-            self.kind(),
-            self.param(),
-            Some(self.code().into()),
+    fn retry_later(&self) -> bool {
+        matches!(
+            self.status(),
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
         )
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), code = self.code(), "{self}");
-        } else {
-            tracing::debug!(status = status.as_u16(), code = self.code(), "{self}");
-        }
-        let mut resp = (status, Json(self.body())).into_response();
-        let headers = resp.headers_mut();
-        if matches!(
-            status,
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-        ) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        }
-        if status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        resp
+        kiln_http::error_response(&self)
     }
 }
 
@@ -163,6 +127,7 @@ mod tests {
 
     #[test]
     fn busy_is_a_rate_limit_error_with_retry_after() {
+        use axum::http::header;
         let r = ApiError::AllBusy { model: "m".into() }.into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(r.headers().contains_key(header::RETRY_AFTER));

@@ -59,6 +59,7 @@ pub fn input_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_http::OpenAiError;
 
     #[test]
     fn counts_and_errors_name_the_field() {

@@ -3,14 +3,10 @@
 
 use std::net::SocketAddr;
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use kiln_api::ErrorResponse;
 use kiln_host::{HostError, ModelKind};
-
-/// Seconds a 429 or 503 asks the client to wait before retrying.
-pub const RETRY_AFTER_SECS: u64 = 1;
+use kiln_http::OpenAiError;
 
 /// Everything a request can fail with; [`IntoResponse`] is the one place statuses live.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -118,8 +114,10 @@ impl ApiError {
             message: message.into(),
         }
     }
+}
 
-    pub fn status(&self) -> StatusCode {
+impl OpenAiError for ApiError {
+    fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidJson { .. }
             | ApiError::InvalidRequest { .. }
@@ -143,20 +141,7 @@ impl ApiError {
         }
     }
 
-    /// OpenAI's `type` field.
-    pub fn kind(&self) -> &'static str {
-        match self.status() {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::FORBIDDEN => "permission_error",
-            StatusCode::NOT_FOUND => "not_found_error",
-            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            s if s.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
-    /// OpenAI's `code` field (also a stable label for logs).
-    pub fn code(&self) -> &'static str {
+    fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidJson { .. } => "invalid_json",
             ApiError::InvalidRequest { .. } => "invalid_value",
@@ -182,7 +167,7 @@ impl ApiError {
         }
     }
 
-    pub fn param(&self) -> Option<String> {
+    fn param(&self) -> Option<String> {
         match self {
             ApiError::InvalidRequest { param, .. } => param.clone(),
             ApiError::ContextLength { param, .. } => Some(param.clone()),
@@ -198,40 +183,20 @@ impl ApiError {
         }
     }
 
-    /// The JSON body, also sent as an SSE `data:` event when a stream fails midway.
-    pub fn body(&self) -> ErrorResponse {
-        ErrorResponse::new(
-            self.to_string(),
-            self.kind(),
-            self.param(),
-            Some(self.code().into()),
+    fn retry_later(&self) -> bool {
+        matches!(
+            self,
+            ApiError::QueueFull { .. }
+                | ApiError::Busy { .. }
+                | ApiError::ModelLoading { .. }
+                | ApiError::NoRoom { .. }
         )
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), code = self.code(), "{self}");
-        } else {
-            tracing::debug!(status = status.as_u16(), code = self.code(), "{self}");
-        }
-        let mut resp = (status, Json(self.body())).into_response();
-        let headers = resp.headers_mut();
-        if matches!(
-            self,
-            ApiError::QueueFull { .. }
-                | ApiError::Busy { .. }
-                | ApiError::ModelLoading { .. }
-                | ApiError::NoRoom { .. }
-        ) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        }
-        if status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        resp
+        kiln_http::error_response(&self)
     }
 }
 
@@ -413,6 +378,7 @@ mod tests {
 
     #[test]
     fn busy_and_full_are_429_with_retry_after() {
+        use axum::http::header;
         for e in [
             ApiError::QueueFull {
                 model: "m".into(),

@@ -114,6 +114,7 @@ fn strip_position(msg: &str) -> String {
 mod tests {
     use super::*;
     use kiln_api::chat::ChatCompletionRequest;
+    use kiln_http::OpenAiError;
 
     fn err(body: &str) -> ApiError {
         match parse::<ChatCompletionRequest>(body.as_bytes()) {

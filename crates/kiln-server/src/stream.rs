@@ -17,6 +17,7 @@ use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
 use kiln_host::{ChoiceEvent, Generation};
+use kiln_http::OpenAiError;
 use serde::Serialize;
 use tracing::{Instrument, Span};
 

@@ -292,6 +292,7 @@ fn logit_bias(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_http::OpenAiError;
 
     fn fields() -> SamplingFields<'static> {
         SamplingFields {

@@ -10,7 +10,6 @@
 //! (8–64) they are small next to the base, and the delta is two skinny matrix-vector
 //! products per row.
 
-mod apply;
 mod config;
 mod error;
 mod load;
@@ -25,7 +24,7 @@ pub use load::is_adapter_dir;
 use crate::config::ModelConfig;
 
 /// Highest rank accepted (the per-row intermediate lives on the stack).
-pub const MAX_RANK: usize = 256;
+pub const MAX_RANK: usize = kiln_backend::MAX_LOW_RANK;
 
 /// The projections an adapter can target, in the order of [`LayerLora`]'s array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,5 +206,3 @@ impl LoraBatch<'_> {
             .map(|a| &**a)
     }
 }
-
-pub(crate) use apply::add_lora_delta;

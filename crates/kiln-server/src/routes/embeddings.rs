@@ -18,6 +18,7 @@ use kiln_api::embeddings::{
 use kiln_host::ModelKind;
 
 use super::admit;
+
 use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
@@ -131,6 +132,7 @@ fn encode(v: Vec<f32>, format: EncodingFormat) -> EmbeddingVector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_http::OpenAiError;
 
     #[test]
     fn inputs_truncation_and_encoding() {

@@ -14,6 +14,16 @@ use std::path::PathBuf;
 use anyhow::Context;
 use kiln_catalog::{Cache, Fetcher};
 
+/// A list of keys from `--…-key` flags (or their environment variable) if any were
+/// given, else from the config file: the flags replace the file's list, never add to it.
+fn keys_from<T>(flags: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
+    if flags.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        flags
+    }
+}
+
 /// Options accepted by every subcommand.
 #[derive(Debug, clap::Args)]
 pub struct GlobalArgs {

@@ -264,11 +264,7 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
             d.idle_timeout,
         )?,
         upstream,
-        api_keys: if args.api_keys.is_empty() {
-            file.api_keys.unwrap_or_default()
-        } else {
-            args.api_keys
-        },
+        api_keys: super::keys_from(args.api_keys, file.api_keys),
         node_api_key: args.node_api_key.or(file.node_api_key),
         default_model: args.default_model.or(file.default_model),
         body_limit: args

@@ -197,24 +197,16 @@ fn settings(
         "invalid shutdown timeout {shutdown_timeout}: expected seconds >= 0"
     );
     let defaults = ServerConfig::default();
-    let api_keys: Vec<ApiKey> = if args.api_keys.is_empty() {
-        file.api_keys
-            .unwrap_or_default()
-            .into_iter()
-            .map(KeyEntry::into_parts)
-            .map(|(k, label)| ApiKey::new(k, label))
-            .collect()
-    } else {
-        args.api_keys.into_iter().map(ApiKey::from).collect()
-    };
-    let admin_keys: Vec<ApiKey> = if args.admin_keys.is_empty() {
-        file.admin_keys.unwrap_or_default()
-    } else {
-        args.admin_keys
-    }
-    .into_iter()
-    .map(ApiKey::from)
-    .collect();
+    let file_keys = file.api_keys.map(|keys| {
+        let parts = keys.into_iter().map(KeyEntry::into_parts);
+        parts.map(|(k, label)| ApiKey::new(k, label)).collect()
+    });
+    let flag_keys = args.api_keys.into_iter().map(ApiKey::from).collect();
+    let api_keys: Vec<ApiKey> = super::keys_from(flag_keys, file_keys);
+    let admin_keys: Vec<ApiKey> = super::keys_from(args.admin_keys, file.admin_keys)
+        .into_iter()
+        .map(ApiKey::from)
+        .collect();
     let models_memory = match args.models_memory.or(file.models_memory) {
         Some(s) => s.0,
         None => kiln_engine::serving::available_memory().map_or(FALLBACK_MODELS_MEMORY, |m| {
