@@ -33,6 +33,9 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u32>,
     #[serde(default)]
     pub n: Option<u32>,
+    /// vLLM's field; as on completions, only `best_of == n` (or absent) is served.
+    #[serde(default)]
+    pub best_of: Option<u32>,
     #[serde(default)]
     pub presence_penalty: Option<f32>,
     #[serde(default)]

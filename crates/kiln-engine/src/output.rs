@@ -21,6 +21,8 @@ pub enum StopCause {
     /// `max_tokens` or the context.
     Length,
     Abort,
+    /// The model's logits were not finite numbers (see [`FinishReason::NonFinite`]).
+    NonFinite,
 }
 
 /// What a consumer sees.
@@ -195,6 +197,9 @@ impl TextStream {
                     ),
                     (None, FinishReason::Length) => (FinishReason::Length, StopCause::Length),
                     (None, FinishReason::Abort) => (FinishReason::Abort, StopCause::Abort),
+                    (None, FinishReason::NonFinite) => {
+                        (FinishReason::NonFinite, StopCause::NonFinite)
+                    }
                 };
                 let mut tail = String::new();
                 if c.stopped_by.is_none() {

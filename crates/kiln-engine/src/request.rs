@@ -71,6 +71,9 @@ pub enum FinishReason {
     Length,
     /// Cancelled by the caller (or the client went away).
     Abort,
+    /// The model's logits for the sequence held a NaN or an infinity (corrupt weights):
+    /// nothing was sampled from them.
+    NonFinite,
 }
 
 impl FinishReason {
@@ -80,6 +83,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::NonFinite => "error",
         }
     }
 }

@@ -20,6 +20,7 @@ struct Inner {
     finished_stop: AtomicU64,
     finished_length: AtomicU64,
     finished_abort: AtomicU64,
+    finished_non_finite: AtomicU64,
     generation_tokens: AtomicU64,
     batched_tokens: AtomicU64,
     preemptions: AtomicU64,
@@ -53,6 +54,8 @@ pub struct StatsSnapshot {
     pub finished_stop: u64,
     pub finished_length: u64,
     pub finished_abort: u64,
+    /// Sequences ended because the model's logits held a NaN or an infinity.
+    pub finished_non_finite: u64,
     /// Tokens sampled (generation tokens).
     pub generation_tokens: u64,
     /// Tokens run through the model (prompt and generated).
@@ -143,6 +146,7 @@ impl EngineStats {
             FinishReason::Stop => &self.0.finished_stop,
             FinishReason::Length => &self.0.finished_length,
             FinishReason::Abort => &self.0.finished_abort,
+            FinishReason::NonFinite => &self.0.finished_non_finite,
         };
         c.fetch_add(1, Relaxed);
     }
@@ -226,6 +230,7 @@ impl EngineStats {
             finished_stop: l(&i.finished_stop),
             finished_length: l(&i.finished_length),
             finished_abort: l(&i.finished_abort),
+            finished_non_finite: l(&i.finished_non_finite),
             generation_tokens: l(&i.generation_tokens),
             batched_tokens: l(&i.batched_tokens),
             preemptions: l(&i.preemptions),

@@ -60,6 +60,12 @@ pub enum HostError {
     /// A sequence the engine aborted (a failed step).
     #[error("the engine aborted the request")]
     Aborted,
+    /// The model's logits for the request held a NaN or an infinity.
+    #[error(
+        "model `{model}` produced non-finite logits (NaN or infinity) for this request; \
+         its weights are likely corrupt"
+    )]
+    NonFiniteLogits { model: String },
     /// The engine refused the request's settings.
     #[error("{0}")]
     Invalid(String),

@@ -47,6 +47,18 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// The error a choice that finished with `reason` fails its request with: an engine
+    /// abort (a failed step), or logits that were not finite numbers.
+    pub fn failure(&self, reason: FinishReason) -> Option<HostError> {
+        match reason {
+            FinishReason::Abort => Some(HostError::Aborted),
+            FinishReason::NonFinite => Some(HostError::NonFiniteLogits {
+                model: self.hosted.name.clone(),
+            }),
+            FinishReason::Stop | FinishReason::Length => None,
+        }
+    }
+
     /// Submits one engine request per prompt (all with the same `n`).
     pub fn start(
         model: &ServingModel,
@@ -211,7 +223,7 @@ pub struct Collected {
 }
 
 /// Runs `gen` to the end and returns each choice's output and the usage. A choice the
-/// engine aborted (a failed step) fails the whole request.
+/// engine failed ([`Generation::failure`]) fails the whole request.
 pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, TokenUsage), HostError> {
     let mut out = vec![Collected::default(); gen.num_choices()];
     while let Some(ChoiceEvent { choice, event }) = gen.next().await {
@@ -235,8 +247,8 @@ pub async fn collect(mut gen: Generation) -> Result<(Vec<Collected>, TokenUsage)
                 c.logprobs.extend(logprobs);
             }
             TextEvent::Finished { reason, .. } => {
-                if reason == FinishReason::Abort {
-                    return Err(HostError::Aborted);
+                if let Some(e) = gen.failure(reason) {
+                    return Err(e);
                 }
                 c.finish = Some(reason);
             }

@@ -49,6 +49,27 @@ struct Entry {
 pub struct AdapterCache {
     config: LoraConfig,
     entries: Mutex<Vec<Entry>>,
+    /// (model, adapter) loads under way: requests are waiting for these.
+    loading: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+/// Marks one adapter load as under way while it lives.
+struct Loading {
+    list: Arc<Mutex<Vec<(String, String)>>>,
+    key: (String, String),
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        let mut list = lock(&self.list);
+        if let Some(i) = list.iter().position(|k| *k == self.key) {
+            list.swap_remove(i);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An adapter name is a plain directory name: it can't reach outside `--lora-dir`.
@@ -66,13 +87,29 @@ impl AdapterCache {
         Self {
             config,
             entries: Mutex::new(Vec::new()),
+            loading: Arc::default(),
         }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.entries)
+    }
+
+    /// Most adapters kept loaded.
+    pub fn max_loaded(&self) -> usize {
+        self.config.max_loaded
+    }
+
+    /// Names of the adapters being loaded for `model` (requests wait for them).
+    pub fn loading(&self, model: &str) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.loading)
+            .iter()
+            .filter(|(m, _)| m == model)
+            .map(|(_, n)| n.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The directory of adapter `name`, if there is one.
@@ -143,6 +180,12 @@ impl AdapterCache {
         let config = model.model_config.clone();
         let owned = name.to_string();
         let started = std::time::Instant::now();
+        let key = (hosted.name.clone(), name.to_string());
+        lock(&self.loading).push(key.clone());
+        let _loading = Loading {
+            list: self.loading.clone(),
+            key,
+        };
         let loaded = tokio::task::spawn_blocking(move || LoraAdapter::load(&owned, &path, &config))
             .await
             .map_err(|_| HostError::Internal("the adapter loader panicked".into()))?;

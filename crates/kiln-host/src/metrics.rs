@@ -93,6 +93,8 @@ pub struct ModelMetrics {
     pub success_stop: Counter,
     pub success_length: Counter,
     pub success_abort: Counter,
+    /// Sequences ended because the model's logits held a NaN or an infinity.
+    pub non_finite: Counter,
     pub rejected_queue_full: Counter,
     pub rejected_busy: Counter,
     /// Requests whose model was loaded when they arrived, and those that waited for it.
@@ -119,6 +121,7 @@ impl Default for ModelMetrics {
             success_stop: Counter::default(),
             success_length: Counter::default(),
             success_abort: Counter::default(),
+            non_finite: Counter::default(),
             rejected_queue_full: Counter::default(),
             rejected_busy: Counter::default(),
             requests_warm: Counter::default(),
@@ -143,6 +146,7 @@ impl ModelMetrics {
             FinishReason::Stop => self.success_stop.add(1),
             FinishReason::Length => self.success_length.add(1),
             FinishReason::Abort => self.success_abort.add(1),
+            FinishReason::NonFinite => self.non_finite.add(1),
         }
     }
 }

@@ -1,6 +1,17 @@
 //! HTTP pieces that `kiln serve` and `kiln route` share, so a client cannot tell which
-//! of the two answered: today, how an error becomes OpenAI's JSON error response.
+//! of the two answered and both hold up the same way under slow or hostile clients: the
+//! accept loop with its connection limits ([`listen`]), the body deadline
+//! ([`deadline`]), the CORS policy ([`CorsPolicy`]), and how an error becomes OpenAI's JSON
+//! error response.
 
+mod cors;
+pub mod deadline;
 mod error;
+pub mod listen;
+mod settings;
 
+pub use cors::{BadOrigin, CorsPolicy};
+pub use deadline::{body_deadline, is_body_timeout, BodyTimeout};
 pub use error::{error_response, OpenAiError, RETRY_AFTER_SECS};
+pub use listen::{serve, ConnectionLimits, LimitError};
+pub use settings::HttpSettings;

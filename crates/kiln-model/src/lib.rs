@@ -10,6 +10,7 @@
 
 mod batch;
 mod config;
+mod diagnose;
 mod error;
 mod forward;
 pub mod lora;
@@ -111,6 +112,12 @@ impl<B: Backend> Model<B> {
     /// Memory taken by weights repacked for the batched kernels (0 if none were).
     pub fn packed_bytes(&self) -> usize {
         self.packed_bytes
+    }
+
+    /// The first tensor of the model's file holding a NaN or an infinity (see
+    /// [`diagnose`]); reads every weight, so it is for diagnosing, not for steps.
+    pub fn first_non_finite_tensor(&self) -> Option<String> {
+        diagnose::first_non_finite_tensor(&self.file, KernelTable::best())
     }
 
     /// The GGUF file the model was loaded from (metadata, tokenizer, chat template).

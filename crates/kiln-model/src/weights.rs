@@ -41,7 +41,7 @@ pub struct Weights<B: Backend> {
     pub output: B::Matrix,
 }
 
-fn weight_type(t: GgmlType) -> Option<WeightType> {
+pub(crate) fn weight_type(t: GgmlType) -> Option<WeightType> {
     Some(match t {
         GgmlType::F32 => WeightType::F32,
         GgmlType::F16 => WeightType::F16,

@@ -9,10 +9,11 @@ use std::time::Instant;
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{header, StatusCode};
-use axum::middleware::{from_fn_with_state, Next};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use kiln_http::body_deadline;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -41,10 +42,17 @@ pub fn app(state: RouterState) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics));
-    api.merge(ops)
+    let (timeout, cors) = (
+        state.config().limits.body_timeout,
+        state.config().cors.clone(),
+    );
+    let app = api
+        .merge(ops)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .layer(from_fn(move |req, next| body_deadline(timeout, req, next)))
+        .with_state(state);
+    cors.apply(app)
 }
 
 /// The fields routing needs; anything else (and any type) is the node's business.
@@ -98,6 +106,10 @@ async fn inbound(
             .is_some()
         {
             too_large
+        } else if kiln_http::is_body_timeout(&*e) {
+            ApiError::BodyTimeout {
+                limit_s: state.config().limits.body_timeout.as_secs(),
+            }
         } else {
             ApiError::BadBody(e.to_string())
         }

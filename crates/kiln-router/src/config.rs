@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kiln_http::{ConnectionLimits, CorsPolicy, HttpSettings};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -228,6 +229,10 @@ pub struct RouterConfig {
     /// Model of requests that name none [default: the first model of the first node].
     pub default_model: Option<String>,
     pub body_limit: usize,
+    /// Request head and body deadlines, and the cap on client connections.
+    pub limits: ConnectionLimits,
+    /// Browser origins allowed to call the router (CORS); none by default.
+    pub cors: CorsPolicy,
     pub shutdown_timeout: Duration,
 }
 
@@ -254,6 +259,8 @@ impl Default for RouterConfig {
             node_api_key: None,
             default_model: None,
             body_limit: 4 << 20,
+            limits: ConnectionLimits::default(),
+            cors: CorsPolicy::default(),
             shutdown_timeout: Duration::from_secs(30),
         }
     }
@@ -378,6 +385,8 @@ pub struct FileConfig {
     pub default_model: Option<String>,
     pub max_body_size: Option<ByteSize>,
     pub models: Option<BTreeMap<String, ModelEntry>>,
+    /// Connection limits and CORS.
+    pub http: Option<HttpSettings>,
 }
 
 impl FileConfig {

@@ -59,6 +59,8 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("cannot read the request body: {0}")]
     BadBody(String),
+    #[error("the request body did not arrive within {limit_s} s")]
+    BodyTimeout { limit_s: u64 },
     #[error("every node serving model `{model}` is busy; retry later")]
     AllBusy { model: String },
     #[error("no node can serve model `{model}` now: {detail}")]
@@ -79,6 +81,7 @@ impl OpenAiError for ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NoNode { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
@@ -93,6 +96,7 @@ impl OpenAiError for ApiError {
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::BadBody(_) => "invalid_body",
+            ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::AllBusy { .. } => "nodes_busy",
             ApiError::NoNode { .. } => "no_node_available",
             ApiError::Upstream(_) => "upstream_failed",

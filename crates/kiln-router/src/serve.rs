@@ -2,7 +2,7 @@
 //! a placement), then serve, with discovery and health checks in the background, until
 //! the shutdown future completes; in-flight requests get `shutdown_timeout` to finish.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -81,8 +81,9 @@ pub async fn serve<R: Resolver>(
             let _ = stop_tx.send(true);
         }
     };
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(graceful);
-    let mut server = tokio::spawn(server.into_future());
+    let limits = state.config().limits;
+    let server = kiln_http::serve(listener, app(state.clone()), limits, graceful);
+    let mut server = tokio::spawn(server);
     let deadline = {
         let mut rx = stop_rx.clone();
         let timeout = state.config().shutdown_timeout;
@@ -92,9 +93,7 @@ pub async fn serve<R: Resolver>(
         }
     };
     let served = tokio::select! {
-        r = &mut server => r
-            .map_err(|e| Error::Serve(std::io::Error::other(e)))
-            .and_then(|r| r.map_err(Error::Serve)),
+        r = &mut server => r.map_err(|e| Error::Serve(std::io::Error::other(e))),
         () = deadline => {
             tracing::warn!("shutdown deadline passed; abandoning the requests still running");
             server.abort();

@@ -27,6 +27,8 @@ enum Mode {
     BreakMidStream,
     /// 500 before any byte.
     Fail,
+    /// 503 `server_shutdown`, as a node past its shutdown deadline answers.
+    ShuttingDown,
     /// 429 with Retry-After.
     Busy,
     /// 400 context_length_exceeded.
@@ -70,6 +72,7 @@ async fn infer(State(stub): State<Stub>, headers: HeaderMap, body: Bytes) -> Res
     };
     match mode {
         Mode::Fail => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        Mode::ShuttingDown => return error(StatusCode::SERVICE_UNAVAILABLE, "server_shutdown"),
         Mode::Busy => return error(StatusCode::TOO_MANY_REQUESTS, "queue_full"),
         Mode::TooLong => return error(StatusCode::BAD_REQUEST, "context_length_exceeded"),
         Mode::Ok | Mode::BreakMidStream => {}
@@ -263,7 +266,15 @@ async fn failures_before_the_first_byte_are_retried_on_the_next_node() {
     let mut c = config(&[(&a_url, "a"), (&b_url, "b")]);
     c.replicas = 2;
     let base = start_router(c).await;
-    // Whichever node is tried first fails with 500: the other answers, every time.
+    // Whichever node is tried first fails with 500 (or a shutting-down node's 503): the
+    // other answers, every time.
+    a.set(Mode::ShuttingDown);
+    let (status, headers, text) = chat(&base, json!({"model": "m"})).await;
+    assert_eq!(
+        (status.as_u16(), &headers["x-kiln-node"]),
+        (200, &"b".parse().expect("header value")),
+        "{text}"
+    );
     a.set(Mode::Fail);
     for _ in 0..3 {
         let (status, headers, text) = chat(&base, json!({"model": "m", "stream": true})).await;
@@ -291,7 +302,7 @@ async fn failures_before_the_first_byte_are_retried_on_the_next_node() {
     if a.hits() == 1 {
         assert_eq!(a_view["health"], "ejected", "{nodes}");
     }
-    assert_eq!(b.hits(), 3);
+    assert_eq!(b.hits(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,4 +529,52 @@ async fn sessions_stick_and_models_are_the_union() {
         metrics.contains("kiln_router:affinity_hit_rate 1\n"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_cuts_slow_bodies_and_idle_clients_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_a, a_url) = start_stub("a", &["m"]).await;
+    let mut c = config(&[(&a_url, "a")]);
+    c.limits.header_timeout = Duration::from_millis(500);
+    c.limits.body_timeout = Duration::from_secs(1);
+    let base = start_router(c).await;
+    let addr = base.trim_start_matches("http://").to_string();
+
+    // A body trickled a byte at a time: 408 once the body timeout passes.
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                Content-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+    slow.write_all(head.as_bytes()).await.expect("head");
+    let start = std::time::Instant::now();
+    let trickle = async {
+        for _ in 0..30 {
+            if slow.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(1500), trickle).await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut answer))
+        .await
+        .expect("an answer")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(start.elapsed() < Duration::from_secs(4));
+
+    // A client that connects and says nothing is dropped after the header timeout.
+    let mut idle = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert_eq!(n, 0, "the idle client got data");
 }

@@ -4,6 +4,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
 use axum::Router;
+use kiln_http::body_deadline;
 
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
 use crate::routes::{
@@ -15,8 +16,9 @@ use crate::state::AppState;
 ///
 /// API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`) need an API key when
 /// keys are configured and answer 503 once shutdown has begun; `/admin/*` needs an admin
-/// key (see [`crate::auth`]); `/health`, `/ready` and `/metrics` are always open, for
-/// orchestrators and scrapers.
+/// key (see [`crate::auth`]); `/ready` and `/metrics` need a metrics key when one is
+/// configured; `/health` is always open. Every request's body must arrive within the
+/// body timeout, and the CORS policy, when there is one, wraps everything.
 pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
@@ -38,16 +40,26 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             crate::auth::require_admin_key,
         ));
-    let ops = Router::new()
-        .route("/health", get(health::health))
+    let scraped = Router::new()
         .route("/ready", get(health::ready))
-        .route("/metrics", get(metrics::metrics));
-    let limit = state.config().body_limit;
-    api.merge(admin)
-        .merge(ops)
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            crate::auth::require_metrics_key,
+        ));
+    let health = Router::new().route("/health", get(health::health));
+    let config = state.config();
+    let (limit, timeout) = (config.body_limit, config.body_timeout);
+    let cors = config.cors.clone();
+    let app = api
+        .merge(admin)
+        .merge(scraped)
+        .merge(health)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn(request_context))
-        .with_state(state)
+        .layer(from_fn(move |req, next| body_deadline(timeout, req, next)))
+        .with_state(state);
+    cors.apply(app)
 }

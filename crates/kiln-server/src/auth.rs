@@ -2,7 +2,8 @@
 //! `Authorization: Bearer <key>` (a missing or wrong key gets 401) and the request is
 //! metered under that key's id; without keys every request is `anonymous`. `/admin/*`
 //! needs an admin key when one is configured, is open when no key of any kind is, and is
-//! closed (403) when only API keys are.
+//! closed (403) when only API keys are. `/metrics` and `/ready` need a metrics (or admin)
+//! key once a metrics key is configured.
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -64,6 +65,31 @@ pub async fn require_admin_key(
         .into_response(),
         Some(Some(_)) => next.run(req).await,
         Some(None) => ApiError::Unauthorized("invalid admin key".into()).into_response(),
+    }
+}
+
+/// `/metrics` and `/ready`: open unless metrics keys are configured; then a metrics key
+/// or an admin key.
+pub async fn require_metrics_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let config = state.config();
+    if config.metrics_keys.is_empty() {
+        return next.run(req).await;
+    }
+    let token = bearer(&req);
+    let allowed = token.is_some_and(|t| {
+        matching(&config.metrics_keys, t).is_some() || matching(&config.admin_keys, t).is_some()
+    });
+    match (token, allowed) {
+        (_, true) => next.run(req).await,
+        (None, _) => ApiError::Unauthorized(
+            "missing metrics key: send it as `Authorization: Bearer <key>`".into(),
+        )
+        .into_response(),
+        (Some(_), false) => ApiError::Unauthorized("invalid metrics key".into()).into_response(),
     }
 }
 

@@ -55,6 +55,10 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("the request body is over the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive within {limit_s} s")]
+    BodyTimeout { limit_s: u64 },
+    #[error("unsupported Content-Type `{0}`: send JSON with `Content-Type: application/json`")]
+    UnsupportedMediaType(String),
     #[error("the queue of model `{model}` is full ({limit} requests in flight); retry later")]
     QueueFull { model: String, limit: usize },
     #[error(
@@ -64,6 +68,9 @@ pub enum ApiError {
     Busy { model: String, running: usize },
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The shutdown deadline passed while the request was still running.
+    #[error("the server shut down before the request finished; retry it")]
+    ShutdownCut,
     #[error("model `{model}` is still loading; retry later")]
     ModelLoading { model: String },
     #[error("model `{model}` failed to load: {reason}")]
@@ -103,6 +110,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("the engine aborted the request")]
     Aborted,
+    /// The model's output was not finite numbers (corrupt weights).
+    #[error("{0}")]
+    NonFiniteOutput(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -132,12 +142,17 @@ impl OpenAiError for ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::QueueFull { .. } | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::ShuttingDown
+            | ApiError::ShutdownCut
             | ApiError::ModelLoading { .. }
             | ApiError::ModelUnavailable { .. }
             | ApiError::NoRoom { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Aborted | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Aborted | ApiError::NonFiniteOutput(_) | ApiError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -152,9 +167,12 @@ impl OpenAiError for ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::BodyTimeout { .. } => "request_timeout",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::QueueFull { .. } => "queue_full",
             ApiError::Busy { .. } => "model_busy",
             ApiError::ShuttingDown => "shutting_down",
+            ApiError::ShutdownCut => "server_shutdown",
             ApiError::ModelLoading { .. } => "model_loading",
             ApiError::ModelUnavailable { .. } => "model_unavailable",
             ApiError::NoRoom { .. } => "model_memory_exhausted",
@@ -163,6 +181,7 @@ impl OpenAiError for ApiError {
             ApiError::AdapterInvalid { .. } => "adapter_invalid",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Aborted => "aborted",
+            ApiError::NonFiniteOutput(_) => "non_finite_logits",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -233,6 +252,7 @@ impl From<HostError> for ApiError {
             HostError::ShuttingDown => ApiError::ShuttingDown,
             HostError::ModelLoading { model } => ApiError::ModelLoading { model },
             HostError::ModelUnavailable { model, reason } => {
+                let reason = without_paths(&reason);
                 ApiError::ModelUnavailable { model, reason }
             }
             HostError::NoRoom {
@@ -268,6 +288,7 @@ impl From<HostError> for ApiError {
                 ApiError::AdapterInvalid { adapter, reason }
             }
             HostError::Aborted => ApiError::Aborted,
+            e @ HostError::NonFiniteLogits { .. } => ApiError::NonFiniteOutput(e.to_string()),
             HostError::Invalid(message) => ApiError::InvalidRequest {
                 param: None,
                 message,
@@ -315,6 +336,8 @@ pub enum Error {
     Load { model: String, reason: String },
     #[error("usage metering: {0}")]
     Usage(#[from] kiln_usage::Error),
+    #[error("the shutdown deadline cut {cut} request(s) short")]
+    RequestsCut { cut: usize },
     #[error(transparent)]
     Setup(#[from] kiln_host::SetupError),
 }
@@ -331,6 +354,26 @@ fn article(word: &str) -> &'static str {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// `text` with every absolute path cut to its file name: clients see which file, never
+/// where the server keeps it (the full text is in the server's log).
+pub fn without_paths(text: &str) -> String {
+    text.split_inclusive(char::is_whitespace)
+        .map(|word| {
+            let start = word.find(['/', '\\']).filter(|&i| {
+                let lead = &word[..i];
+                lead.chars().all(|c| "\"'`([{<".contains(c)) || lead.ends_with(':')
+            });
+            match start {
+                Some(i) if word[i + 1..].contains(['/', '\\']) => {
+                    let tail = word.rsplit(['/', '\\']).next().unwrap_or_default();
+                    format!("{}{tail}", &word[..i])
+                }
+                _ => word.to_string(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -374,6 +417,22 @@ mod tests {
             "text-generation",
         ));
         assert!(e.to_string().contains("`smol` is a text-generation model"));
+    }
+
+    #[test]
+    fn paths_are_cut_to_file_names() {
+        assert_eq!(
+            without_paths("cannot open /root/.cache/kiln/models/x.gguf: No such file"),
+            "cannot open x.gguf: No such file"
+        );
+        assert_eq!(
+            without_paths("bad tensor in \"/data/m/y.gguf\" at 12"),
+            "bad tensor in \"y.gguf\" at 12"
+        );
+        assert_eq!(
+            without_paths("ratio 1/2 and a/b stay"),
+            "ratio 1/2 and a/b stay"
+        );
     }
 
     #[test]

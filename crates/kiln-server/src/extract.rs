@@ -3,6 +3,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
@@ -10,9 +11,9 @@ use serde_json::error::Category;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Like `axum::Json`, but with OpenAI's error shape, the field path of type errors, and
-/// the server's body limit reported as 413. Any content type is accepted (clients such
-/// as `curl -d` often send none or the wrong one).
+/// Like `axum::Json`, but with OpenAI's error shape, the field path of type errors, the
+/// server's body limit reported as 413 and its body deadline as 408. A body without a
+/// `Content-Type` is taken as JSON; one that names another type gets 415.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
@@ -32,10 +33,15 @@ impl FromRequest<AppState> for ApiBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = state.config().body_limit;
+        check_json_type(&req)?;
+        let (limit, timeout) = (state.config().body_limit, state.config().body_timeout);
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge { limit }
+            } else if kiln_http::is_body_timeout(&e) {
+                ApiError::BodyTimeout {
+                    limit_s: timeout.as_secs(),
+                }
             } else {
                 ApiError::InvalidJson {
                     message: format!("cannot read the request body: {}", e.body_text()),
@@ -43,6 +49,24 @@ impl FromRequest<AppState> for ApiBody {
             }
         })?;
         Ok(ApiBody(bytes))
+    }
+}
+
+/// 415 unless the request says its body is JSON (`application/json`, or any
+/// `application/*+json`) or says nothing.
+fn check_json_type(req: &Request) -> Result<(), ApiError> {
+    let Some(value) = req.headers().get(CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let essence = essence.to_ascii_lowercase();
+    let json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(text.to_string()))
     }
 }
 

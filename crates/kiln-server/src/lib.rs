@@ -23,6 +23,7 @@
 
 mod app;
 mod auth;
+pub mod cutoff;
 pub mod encoder;
 pub mod error;
 pub mod extract;
@@ -46,6 +47,7 @@ pub use kiln_host::{
     Encoder, EncoderWeights, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind, ModelSource,
     ModelStatus,
 };
+pub use kiln_http::{ConnectionLimits, CorsPolicy};
 pub use lease::{CallContext, Caller, WARM_HEADER};
 pub use serve::{run, serve, shutdown_signal, ServeOptions};
 pub use state::{ApiKey, AppState, ServerConfig};

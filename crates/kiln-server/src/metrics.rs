@@ -21,6 +21,22 @@ pub struct ModelSample<'a> {
     pub engine: Option<StatsSnapshot>,
     pub admitted: usize,
     pub metrics: &'a ModelMetrics,
+    /// Adapters of a text model (`None` for other models).
+    pub lora: Option<LoraSample>,
+}
+
+/// A text model's LoRA adapters, as endpoint pickers read them (vLLM's
+/// `lora_requests_info`).
+#[derive(Debug, Clone, Default)]
+pub struct LoraSample {
+    /// Most adapters kept loaded.
+    pub max_lora: usize,
+    /// Loaded and ready.
+    pub running: Vec<String>,
+    /// Being loaded, with requests waiting for them.
+    pub waiting: Vec<String>,
+    /// Seconds since the epoch: the sample's value, so a reader can take the newest.
+    pub at: f64,
 }
 
 /// Renders every family, one sample per model, in the text format (version 0.0.4).
@@ -107,6 +123,32 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "kiln:model_load_failures_total",
         "Loads of the model that failed.",
         &server(|m| m.metrics.load_failures.get() as f64),
+    );
+    header(
+        &mut out,
+        "kiln:lora_requests_info",
+        "gauge",
+        "LoRA adapters of each text model, in vLLM's labels for endpoint pickers: loaded \
+         (running_lora_adapters), being loaded (waiting_lora_adapters), most kept \
+         (max_lora); the value is the scrape's Unix time.",
+    );
+    for m in models {
+        if let Some(l) = &m.lora {
+            let max = l.max_lora.to_string();
+            let (running, waiting) = (l.running.join(","), l.waiting.join(","));
+            let labels = [
+                ("max_lora", max.as_str()),
+                ("running_lora_adapters", running.as_str()),
+                ("waiting_lora_adapters", waiting.as_str()),
+            ];
+            sample(&mut out, "kiln:lora_requests_info", m.name, &labels, l.at);
+        }
+    }
+    counter(
+        &mut out,
+        "kiln:non_finite_logits_total",
+        "Sequences failed because the model's logits held a NaN or an infinity.",
+        &server(|m| m.metrics.non_finite.get() as f64),
     );
     counter(
         &mut out,
@@ -402,6 +444,7 @@ mod tests {
             engine: None,
             admitted: 0,
             metrics: &m,
+            lora: None,
         }]);
         assert!(text.contains(
             "kiln:time_to_first_token_seconds_bucket{model_name=\"a\\\"b\",le=\"0.001\"} 0\n"
@@ -414,5 +457,31 @@ mod tests {
         ));
         assert!(text.contains("kiln:time_to_first_token_seconds_count{model_name=\"a\\\"b\"} 2\n"));
         assert!(text.contains("# TYPE kiln:request_success_total counter\n"));
+    }
+
+    #[test]
+    fn lora_info_has_vllm_labels_and_a_timestamp() {
+        let m = ModelMetrics::default();
+        let text = render(&[ModelSample {
+            name: "qwen",
+            ready: true,
+            memory_bytes: 0,
+            engine: None,
+            admitted: 0,
+            metrics: &m,
+            lora: Some(LoraSample {
+                max_lora: 8,
+                running: vec!["a".into(), "b".into()],
+                waiting: vec!["c".into()],
+                at: 1_700_000_000.5,
+            }),
+        }]);
+        assert!(
+            text.contains(
+                "kiln:lora_requests_info{model_name=\"qwen\",max_lora=\"8\",\
+                 running_lora_adapters=\"a,b\",waiting_lora_adapters=\"c\"} 1700000000.5\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -2,18 +2,24 @@
 //! answers and `/ready` says 503 meanwhile), serve, and shut down gracefully. A server of
 //! one model pins it; other models load on their first request.
 //!
+//! Connections go through `kiln_http::serve`: deadlines for request heads and bodies, a
+//! cap on open connections.
+//!
 //! Shutdown, on the `shutdown` future (SIGTERM / Ctrl-C in the binary) or a pinned model
 //! that fails to load: stop accepting connections, answer 503 to new requests on open
-//! ones, let in-flight requests finish for up to `shutdown_timeout`, drain each engine
-//! and join its thread, then commit the usage still queued.
+//! ones, let in-flight requests finish for up to `shutdown_timeout`. Past it, the
+//! requests still running are cut: streams get a `server_shutdown` error event and
+//! `[DONE]`, waiting requests a 503, and the run ends with [`Error::RequestsCut`]. Then
+//! each engine drains and its thread is joined, and the usage still queued is committed.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_host::{HostError, HostedModel, ModelSource};
+use kiln_http::ConnectionLimits;
 use kiln_usage::{Meter, UsageStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -27,6 +33,7 @@ use crate::state::{AppState, ServerConfig};
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub addr: SocketAddr,
+    pub limits: ConnectionLimits,
     pub shutdown_timeout: Duration,
     pub server: ServerConfig,
     /// The SQLite file usage is metered into; `None`: no metering.
@@ -99,8 +106,8 @@ pub async fn serve(
             state.begin_shutdown();
         }
     };
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(graceful);
-    let mut server = tokio::spawn(server.into_future());
+    let server = kiln_http::serve(listener, app(state.clone()), opts.limits, graceful);
+    let mut server = tokio::spawn(server);
     let deadline = {
         let mut rx = stop_rx.clone();
         let timeout = opts.shutdown_timeout;
@@ -114,11 +121,19 @@ pub async fn serve(
         }
     };
     let served = tokio::select! {
-        r = &mut server => r.map_err(|e| Error::Serve(std::io::Error::other(e))).and_then(|r| r.map_err(Error::Serve)),
+        r = &mut server => r.map_err(|e| Error::Serve(std::io::Error::other(e))),
         () = deadline => {
-            tracing::warn!("shutdown deadline passed; abandoning the requests still running");
-            server.abort();
-            Ok(())
+            tracing::warn!("shutdown deadline passed; cutting the requests still running");
+            state.cut_requests();
+            // Let the cut responses reach their clients; drop whatever still hangs on.
+            let abandoned = tokio::time::timeout(CUT_GRACE, &mut server).await.is_err();
+            if abandoned {
+                server.abort();
+            }
+            match state.requests_cut().max(usize::from(abandoned)) {
+                0 => Ok(()),
+                cut => Err(Error::RequestsCut { cut }),
+            }
         }
     };
     state.begin_shutdown();
@@ -142,6 +157,9 @@ pub async fn serve(
     tracing::info!("stopped");
     served.and(load_result).and(flushed)
 }
+
+/// How long cut requests get to send their last words before connections are dropped.
+const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Loads each pinned model in turn; on a failure, stops the server.
 async fn load_pinned(state: &AppState, stop: &watch::Sender<bool>) -> Result<()> {

@@ -3,14 +3,16 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::ServingModel;
 use kiln_host::{
     AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
 };
+use kiln_http::{ConnectionLimits, CorsPolicy};
 use kiln_usage::Meter;
 
+use crate::cutoff::{Cutoff, CutoffSignal};
 use crate::error::{ApiError, Result};
 use crate::lease::{usage_sink, CallContext};
 
@@ -60,10 +62,17 @@ pub struct ServerConfig {
     /// Keys for `/admin/*`. Without any, those routes are open when `api_keys` is empty
     /// too, and closed (403) otherwise.
     pub admin_keys: Vec<ApiKey>,
+    /// Keys for `/metrics` and `/ready` (admin keys work too). Without any they are
+    /// open, for orchestrators and scrapers.
+    pub metrics_keys: Vec<ApiKey>,
     /// Sequences that may wait per model beyond the `max_num_seqs` running ones.
     pub max_queued: usize,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// Time a request's body may take to arrive, from its head (408 past it).
+    pub body_timeout: Duration,
+    /// Browser origins allowed to call the API (CORS); none by default.
+    pub cors: CorsPolicy,
     /// Bytes all loaded models may take together (weights file plus KV cache);
     /// `None`: no limit.
     pub models_memory: Option<u64>,
@@ -76,8 +85,11 @@ impl Default for ServerConfig {
         Self {
             api_keys: Vec::new(),
             admin_keys: Vec::new(),
+            metrics_keys: Vec::new(),
             max_queued: 1024,
             body_limit: 4 << 20,
+            body_timeout: ConnectionLimits::DEFAULT_BODY_TIMEOUT,
+            cors: CorsPolicy::default(),
             models_memory: None,
             lora: LoraConfig::default(),
         }
@@ -92,6 +104,7 @@ struct Inner {
     host: Host,
     config: ServerConfig,
     meter: Option<Arc<Meter>>,
+    cutoff: Cutoff,
 }
 
 impl AppState {
@@ -112,6 +125,7 @@ impl AppState {
             host,
             config,
             meter,
+            cutoff: Cutoff::default(),
         })))
     }
 
@@ -229,6 +243,21 @@ impl AppState {
 
     pub fn is_shutting_down(&self) -> bool {
         self.0.host.is_shutting_down()
+    }
+
+    /// The shutdown deadline, as running requests wait on it.
+    pub fn cutoff(&self) -> CutoffSignal {
+        self.0.cutoff.signal()
+    }
+
+    /// The shutdown deadline has passed: ends the requests still running.
+    pub fn cut_requests(&self) {
+        self.0.cutoff.fire();
+    }
+
+    /// Requests ended by the shutdown deadline.
+    pub fn requests_cut(&self) -> usize {
+        self.0.cutoff.cut()
     }
 
     /// Every pinned model loaded and not shutting down (unpinned models load on demand).

@@ -15,12 +15,12 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
-use kiln_engine::FinishReason;
 use kiln_host::{ChoiceEvent, Generation};
 use kiln_http::OpenAiError;
 use serde::Serialize;
 use tracing::{Instrument, Span};
 
+use crate::cutoff::CutoffSignal;
 use crate::error::ApiError;
 
 use crate::lease::api_usage;
@@ -46,18 +46,26 @@ pub fn to_json<T: Serialize>(v: &T) -> String {
 
 struct SseState<F> {
     gen: Option<Generation>,
+    cutoff: CutoffSignal,
     fmt: F,
     pending: VecDeque<String>,
     done: bool,
     span: Span,
 }
 
-/// The streamed response for `gen`, formatted by `fmt`.
-pub fn sse<F: ChunkFormat>(gen: Generation, mut fmt: F, span: Span) -> Response {
+/// The streamed response for `gen`, formatted by `fmt`; ended with a `server_shutdown`
+/// error event if the shutdown deadline passes first.
+pub fn sse<F: ChunkFormat>(
+    gen: Generation,
+    mut fmt: F,
+    cutoff: CutoffSignal,
+    span: Span,
+) -> Response {
     let mut first = Vec::new();
     fmt.start(&mut first);
     let state = SseState {
         gen: Some(gen),
+        cutoff,
         fmt,
         pending: first.into(),
         done: false,
@@ -72,22 +80,37 @@ pub fn sse<F: ChunkFormat>(gen: Generation, mut fmt: F, span: Span) -> Response 
                 return None;
             }
             let next = match st.gen.as_mut() {
-                Some(gen) => gen.next().instrument(st.span.clone()).await,
-                None => None,
+                Some(gen) => tokio::select! {
+                    ev = gen.next().instrument(st.span.clone()) => Some(ev),
+                    () = st.cutoff.passed() => None,
+                },
+                None => Some(None),
             };
             let mut out = Vec::new();
-            match next {
+            let Some(next) = next else {
+                // The shutdown deadline: say so, then end (dropping the generation
+                // aborts it in the engine).
+                st.gen = None;
+                out.push(to_json(&ApiError::ShutdownCut.body()));
+                out.push("[DONE]".into());
+                st.done = true;
+                st.pending.extend(out);
+                continue;
+            };
+            let failure = match &next {
                 Some(ChoiceEvent {
-                    event:
-                        TextEvent::Finished {
-                            reason: FinishReason::Abort,
-                            ..
-                        },
+                    event: TextEvent::Finished { reason, .. },
                     ..
-                }) => {
-                    // The engine gave up on it (a failed step): say so, then end.
+                }) => st.gen.as_ref().and_then(|g| g.failure(*reason)),
+                _ => None,
+            };
+            match next {
+                Some(_) if failure.is_some() => {
+                    // The engine failed it (a failed step, non-finite logits): say so,
+                    // then end.
                     st.gen = None;
-                    out.push(to_json(&ApiError::Aborted.body()));
+                    let err = failure.map(ApiError::from).unwrap_or(ApiError::Aborted);
+                    out.push(to_json(&err.body()));
                     out.push("[DONE]".into());
                     st.done = true;
                 }

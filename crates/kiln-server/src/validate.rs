@@ -32,6 +32,8 @@ pub struct SamplingFields<'a> {
     pub logit_bias: Option<&'a BTreeMap<String, f32>>,
     pub seed: Option<i64>,
     pub n: Option<u32>,
+    /// vLLM's `best_of`: only equal to `n` is served.
+    pub best_of: Option<u32>,
     pub max_tokens: Option<u32>,
     /// Which field `max_tokens` came from (`max_tokens` or `max_completion_tokens`).
     pub max_tokens_param: &'static str,
@@ -61,6 +63,7 @@ macro_rules! openai_sampling_fields {
             logit_bias: $req.logit_bias.as_ref(),
             seed: $req.seed,
             n: $req.n,
+            best_of: $req.best_of,
             max_tokens: $max_tokens,
             max_tokens_param: $max_tokens_param,
             min_tokens: $req.min_tokens,
@@ -118,6 +121,11 @@ impl Sampling {
         let n = f.n.unwrap_or(1);
         ensure((1..=MAX_N).contains(&n), "n", || {
             format!("n must be between 1 and {MAX_N}, got {n}")
+        })?;
+        // Kiln returns every completion it samples; picking the best of more is not done.
+        let best_of = f.best_of.unwrap_or(n);
+        ensure(best_of == n, "best_of", || {
+            format!("best_of must equal n when given (got {best_of}, n = {n})")
         })?;
         if let Some(m) = f.max_tokens {
             ensure(m >= 1, f.max_tokens_param, || {

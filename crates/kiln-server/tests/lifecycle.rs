@@ -319,6 +319,7 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
         .expect("bind");
     let opts = kiln_server::ServeOptions {
         addr: listener.local_addr().expect("addr"),
+        limits: kiln_server::ConnectionLimits::checked(None, None, None).expect("limits"),
         shutdown_timeout: std::time::Duration::from_secs(5),
         server: ServerConfig::default(),
         usage_db: Some(dir.path().join("usage.sqlite3")),

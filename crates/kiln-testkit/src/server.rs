@@ -24,7 +24,15 @@ impl ServerProcess {
     /// Starts `bin serve --host 127.0.0.1 --port 0 <args>` and waits (up to `timeout`)
     /// until `/ready` answers 200.
     pub fn start(bin: &Path, args: &[&str], timeout: Duration) -> Result<Self, String> {
-        let mut child = Command::new(bin)
+        Self::start_with(Command::new(bin), args, timeout)
+    }
+
+    /// Like [`Self::start`] with a command the caller prepared (a wrapper such as
+    /// `sh -c 'ulimit -n 256; exec "$0" "$@"' kiln`, or extra environment); `serve` and
+    /// the listen arguments are appended to it.
+    pub fn start_with(mut cmd: Command, args: &[&str], timeout: Duration) -> Result<Self, String> {
+        let bin = cmd.get_program().to_owned();
+        let mut child = cmd
             .args(["serve", "--host", "127.0.0.1", "--port", "0"])
             .args(args)
             .env(
@@ -38,12 +46,13 @@ impl ServerProcess {
             .env_remove("KILN_PIN")
             .env_remove("KILN_MODELS_MEMORY")
             .env_remove("KILN_ADMIN_KEY")
+            .env_remove("KILN_METRICS_KEY")
             .env_remove("KILN_USAGE_DB")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            .map_err(|e| format!("cannot start {}: {e}", bin.to_string_lossy()))?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let (port_tx, port_rx) = mpsc::channel();
         if let Some(stderr) = child.stderr.take() {
@@ -80,8 +89,13 @@ impl ServerProcess {
             }
         };
         let mut server = ServerProcess { child, port, log };
+        // `/ready` needs the metrics key when the server was given one.
+        let key = args
+            .iter()
+            .position(|a| *a == "--metrics-key")
+            .and_then(|i| args.get(i + 1).copied());
         loop {
-            if matches!(server.get("/ready"), Ok((200, _))) {
+            if matches!(server.get_as("/ready", key), Ok((200, _))) {
                 return Ok(server);
             }
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -147,11 +161,17 @@ impl ServerProcess {
 
     /// A blocking `GET path` on a fresh connection: (status, body).
     pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        self.get_as(path, None)
+    }
+
+    /// [`Self::get`] with `Authorization: Bearer <key>` if a key is given.
+    pub fn get_as(&self, path: &str, key: Option<&str>) -> std::io::Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let auth = key.map_or_else(String::new, |k| format!("Authorization: Bearer {k}\r\n"));
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
         )?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw)?;

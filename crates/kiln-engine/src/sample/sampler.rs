@@ -29,6 +29,15 @@ pub struct Sampler {
     raw: Vec<f32>,
 }
 
+/// The lowest log-probability reported, OpenAI's figure for an impossible token: JSON
+/// has no `-inf`, and a 200 must carry numbers.
+pub const MIN_LOGPROB: f32 = -9999.0;
+
+/// `lp` floored at [`MIN_LOGPROB`] (a NaN becomes the floor too).
+fn floored(lp: f32) -> f32 {
+    lp.max(MIN_LOGPROB)
+}
+
 impl Sampler {
     pub fn new() -> Self {
         Self::default()
@@ -83,7 +92,9 @@ impl Sampler {
         };
         Sampled {
             token,
-            logprob: params.logprobs.map(|_| self.raw[token as usize] - lse),
+            logprob: params
+                .logprobs
+                .map(|_| floored(self.raw[token as usize] - lse)),
             top_logprobs,
         }
     }
@@ -97,7 +108,7 @@ impl Sampler {
             .copied()
             .unwrap_or(f32::NEG_INFINITY);
         TokenLogprobs {
-            logprob: logit - lse,
+            logprob: floored(logit - lse),
             top,
         }
     }
@@ -114,7 +125,7 @@ impl Sampler {
             self.fill_candidates(logits);
             let k = n.min(self.cand.len());
             self.partial_sort_desc(k);
-            top.extend(self.cand[..k].iter().map(|&(l, t)| (t, l - lse)));
+            top.extend(self.cand[..k].iter().map(|&(l, t)| (t, floored(l - lse))));
         }
         (lse, top)
     }

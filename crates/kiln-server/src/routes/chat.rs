@@ -120,9 +120,9 @@ pub async fn chat_completions(
             tools: parse_tools
                 .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
         };
-        return Ok(sse(gen, fmt, tracing::Span::current()));
+        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
     }
-    let (outs, usage) = collect(gen).await?;
+    let (outs, usage) = collect(gen, state.cutoff()).await?;
     let choices = outs
         .into_iter()
         .enumerate()

@@ -44,12 +44,6 @@ pub async fn completions(
             "suffix (fill-in-the-middle) is not supported",
         ));
     }
-    if let Some(b) = req.best_of.filter(|&b| b != req.n.unwrap_or(1)) {
-        return Err(ApiError::invalid(
-            "best_of",
-            format!("best_of must equal n when given (got {b})"),
-        ));
-    }
     let mut sampling = Sampling::check(
         &openai_sampling_fields!(req, req.max_tokens, "max_tokens", req.logprobs, "logprobs"),
         prompt::vocab_size(&model),
@@ -128,9 +122,9 @@ pub async fn completions(
             prompt_offsets: vec![None; prompt_ids.len()],
             prompt_ids,
         };
-        return Ok(sse(gen, fmt, tracing::Span::current()));
+        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
     }
-    let (outs, usage) = collect(gen).await?;
+    let (outs, usage) = collect(gen, state.cutoff()).await?;
     let choices = outs
         .iter()
         .enumerate()

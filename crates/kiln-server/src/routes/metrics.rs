@@ -4,11 +4,16 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
-use crate::metrics::{render, ModelSample};
+use kiln_host::ModelKind;
+
+use crate::metrics::{render, LoraSample, ModelSample};
 use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let loaded: Vec<_> = state.models().iter().map(|m| (m, m.loaded())).collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let samples: Vec<ModelSample<'_>> = loaded
         .iter()
         .map(|(hosted, model)| ModelSample {
@@ -18,6 +23,12 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             engine: model.as_ref().and_then(|m| m.engine_stats()),
             admitted: hosted.admission.in_flight(),
             metrics: &hosted.metrics,
+            lora: (hosted.kind == Some(ModelKind::Generate)).then(|| LoraSample {
+                max_lora: state.adapters().max_loaded(),
+                running: state.adapters().loaded(&hosted.name),
+                waiting: state.adapters().loading(&hosted.name),
+                at: now,
+            }),
         })
         .collect();
     let mut resp = render(&samples).into_response();

@@ -15,6 +15,7 @@ pub mod workers_ai_encoders;
 use kiln_api::Usage;
 use kiln_host::{Collected, Generation, HostError, HostedModel, Permit};
 
+use crate::cutoff::CutoffSignal;
 use crate::error::ApiError;
 use crate::lease::api_usage;
 
@@ -32,8 +33,15 @@ pub fn admit(hosted: &HostedModel, seqs: usize, reject_if_busy: bool) -> Result<
 }
 
 /// Runs `gen` to the end ([`kiln_host::collect`]): each choice's output and the usage.
-pub async fn collect(gen: Generation) -> Result<(Vec<Collected>, Usage), ApiError> {
-    let (out, usage) = kiln_host::collect(gen).await?;
+/// A 503 if the shutdown deadline passes first.
+pub async fn collect(
+    gen: Generation,
+    mut cutoff: CutoffSignal,
+) -> Result<(Vec<Collected>, Usage), ApiError> {
+    let (out, usage) = tokio::select! {
+        r = kiln_host::collect(gen) => r?,
+        () = cutoff.passed() => return Err(ApiError::ShutdownCut),
+    };
     Ok((out, api_usage(usage)))
 }
 

@@ -58,7 +58,8 @@ fn card(state: &AppState, hosted: &HostedModel) -> Value {
             );
         }
         if status == ModelStatus::Failed {
-            o.insert("load_error".into(), json!(hosted.failure()));
+            let failure = hosted.failure().map(|f| crate::error::without_paths(&f));
+            o.insert("load_error".into(), json!(failure));
         }
     }
     v

@@ -145,9 +145,9 @@ async fn generate(
             tools: parse_tools.map(ToolStream::new),
             calls: Vec::new(),
         };
-        return Ok(sse(gen, fmt, tracing::Span::current()));
+        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
     }
-    let (outs, usage) = collect(gen).await?;
+    let (outs, usage) = collect(gen, state.cutoff()).await?;
     let text = outs.into_iter().next().map(|c| c.text).unwrap_or_default();
     let (response, calls) = match parse_tools {
         Some(f) => {

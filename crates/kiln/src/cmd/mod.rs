@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_catalog::{Cache, Fetcher};
+use kiln_http::{ConnectionLimits, CorsPolicy, HttpSettings};
 
 /// A list of keys from `--…-key` flags (or their environment variable) if any were
 /// given, else from the config file: the flags replace the file's list, never add to it.
@@ -21,6 +22,44 @@ fn keys_from<T>(flags: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
         file.unwrap_or_default()
     } else {
         flags
+    }
+}
+
+/// Connection limits and CORS, shared by `serve` and `route` (their config files take
+/// the same settings in an `[http]` table).
+#[derive(Debug, clap::Args)]
+pub struct HttpArgs {
+    /// Seconds a client has to send a request's head, counted from connecting or from
+    /// the previous response (an idle keep-alive connection is closed then) [default: 10]
+    #[arg(long, value_name = "SECS")]
+    header_timeout: Option<f64>,
+
+    /// Seconds a request's body may take to arrive; a slower one gets 408 [default: 30]
+    #[arg(long, value_name = "SECS")]
+    body_timeout: Option<f64>,
+
+    /// Most client connections open at once (more wait to be accepted); must fit under
+    /// the descriptor limit (`ulimit -n`) less 64 [default: 4096, or what fits]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+
+    /// Browser origin allowed to call the API (CORS), e.g. https://app.example, or `*`
+    /// for any; repeat for several [default: none, CORS off]
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+}
+
+impl HttpArgs {
+    /// These flags over the config file's `[http]` table, checked.
+    fn over(self, file: Option<HttpSettings>) -> anyhow::Result<(ConnectionLimits, CorsPolicy)> {
+        let flags = HttpSettings {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            cors_origins: (!self.cors_origins.is_empty()).then_some(self.cors_origins),
+        };
+        let settings = flags.or(file.unwrap_or_default());
+        Ok((settings.limits()?, settings.cors()?))
     }
 }
 

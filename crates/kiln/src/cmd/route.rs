@@ -144,6 +144,9 @@ pub struct Args {
     /// Seconds to let in-flight requests finish after SIGTERM/Ctrl-C [default: 30]
     #[arg(long, value_name = "SECS")]
     shutdown_timeout: Option<f64>,
+
+    #[command(flatten)]
+    http: super::HttpArgs,
 }
 
 /// Runs `kiln route` until SIGTERM or Ctrl-C.
@@ -194,6 +197,7 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
     // The file's own nodes are read (and re-read) by discovery; check them now so a
     // typo fails at start rather than in a log line.
     file.membership()?;
+    let (limits, cors) = args.http.over(file.http.clone())?;
 
     let mut model_replicas: std::collections::BTreeMap<String, usize> = file
         .models
@@ -277,6 +281,8 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
             file.shutdown_timeout,
             d.shutdown_timeout,
         )?,
+        limits,
+        cors,
         ..d
     };
     config.validate()?;

@@ -143,6 +143,19 @@ pub struct Args {
     /// Most LoRA adapters kept loaded; the least recently used is dropped [default: 8]
     #[arg(long)]
     max_loras: Option<usize>,
+
+    /// Key for `/metrics` and `/ready` (an admin key works too); repeat for several.
+    /// Without one they are open
+    #[arg(
+        long = "metrics-key",
+        value_name = "KEY",
+        env = "KILN_METRICS_KEY",
+        hide_env_values = true
+    )]
+    metrics_keys: Vec<String>,
+
+    #[command(flatten)]
+    http: super::HttpArgs,
 }
 
 /// Runs `kiln serve` until SIGTERM or Ctrl-C.
@@ -207,6 +220,11 @@ fn settings(
         .into_iter()
         .map(ApiKey::from)
         .collect();
+    let metrics_keys: Vec<ApiKey> = super::keys_from(args.metrics_keys, file.metrics_keys)
+        .into_iter()
+        .map(ApiKey::from)
+        .collect();
+    let (limits, cors) = args.http.over(file.http)?;
     let models_memory = match args.models_memory.or(file.models_memory) {
         Some(s) => s.0,
         None => kiln_engine::serving::available_memory().map_or(FALLBACK_MODELS_MEMORY, |m| {
@@ -225,6 +243,9 @@ fn settings(
     let server = ServerConfig {
         api_keys,
         admin_keys,
+        metrics_keys,
+        body_timeout: limits.body_timeout,
+        cors,
         models_memory: Some(models_memory),
         lora,
         max_queued: args
@@ -243,8 +264,9 @@ fn settings(
             .api_keys
             .iter()
             .chain(&server.admin_keys)
+            .chain(&server.metrics_keys)
             .all(|k| !k.key.trim().is_empty()),
-        "API and admin keys must not be empty"
+        "API, admin and metrics keys must not be empty"
     );
 
     let mut engine = ServingOptions::detect();
@@ -312,6 +334,7 @@ fn settings(
     }
     let opts = ServeOptions {
         addr,
+        limits,
         shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
         server,
         usage_db: Some(usage_db),

@@ -1,8 +1,9 @@
 //! The Kubernetes manifests in `deploy/k8s/` run: `kiln serve` with the node
 //! Deployment's arguments and `kiln route` with the router Deployment's arguments and
 //! the ConfigMap's `router.toml` start and serve a request, so a renamed flag or
-//! setting fails here rather than in a cluster. (Their schema is checked with
-//! `kubernetes-validate`, see docs/DEPLOY.md.)
+//! setting fails here rather than in a cluster; the inference gateway's picker finds
+//! its metrics on that node. (Their schema is checked with `kubernetes-validate`, see
+//! docs/DEPLOY.md, and the InferencePool's by `tests/k8s_gateway.rs`.)
 
 use std::path::Path;
 
@@ -82,6 +83,38 @@ fn the_kubernetes_manifests_run() {
         let args: Vec<&str> = serve_args[1..].iter().map(String::as_str).collect();
         let model_refs: Vec<&str> = models.iter().map(String::as_str).collect();
         let node = node_with_args(&model_refs, &args);
+
+        // The inference gateway's picker reads metrics under the names its flags give:
+        // each is a gauge this node exports (the LoRA info with vLLM's labels).
+        let pool = manifest("gateway/inference-pool.yaml");
+        let metrics = client()
+            .get(format!("http://127.0.0.1:{}/metrics", node.port()))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        let names: Vec<&str> = pool
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- --"))
+            .filter(|f| f.split('=').next().is_some_and(|f| f.ends_with("-metric")))
+            .filter_map(|f| f.split_once('=').map(|(_, name)| name))
+            .collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        for name in names {
+            assert!(
+                metrics.contains(&format!("# TYPE {name} gauge\n")),
+                "{name} is not a gauge of kiln serve"
+            );
+        }
+        assert!(
+            metrics.contains(&format!(
+                "kiln:lora_requests_info{{model_name=\"{SMOLLM2}\",max_lora=\"8\",\
+                 running_lora_adapters=\"\",waiting_lora_adapters=\"\"}}"
+            )),
+            "{metrics}"
+        );
 
         let router_yaml = manifest("router.yaml");
         let dir = tempfile::tempdir().expect("tempdir");

@@ -29,6 +29,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use kiln_http::HttpSettings;
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,7 @@ pub struct FileConfig {
     pub models_memory: Option<Size>,
     pub api_keys: Option<Vec<KeyEntry>>,
     pub admin_keys: Option<Vec<String>>,
+    pub metrics_keys: Option<Vec<String>>,
     pub usage_db: Option<PathBuf>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
@@ -54,6 +56,8 @@ pub struct FileConfig {
     pub lora_dirs: Option<Vec<PathBuf>>,
     pub loras: Option<std::collections::BTreeMap<String, PathBuf>>,
     pub max_loras: Option<usize>,
+    /// Connection limits and CORS.
+    pub http: Option<HttpSettings>,
 }
 
 impl FileConfig {

@@ -11,18 +11,18 @@ use kiln_model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::EngineConfig;
-use crate::constraint::mask_allows;
 use crate::kv::KvManager;
 use crate::masks::{self, SeqConstraint};
 use crate::plan::{StepPlan, SAMPLE_ROW};
-use crate::request::{
-    EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
-};
+use crate::request::{EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions};
 use crate::sample::{Sampler, SamplingParams, SeqSamplingState};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 use crate::sequence::{SeqId, Sequence};
 use crate::stats::EngineStats;
 use crate::{Error, Result};
+
+mod rows;
+use rows::{sample_one, score_prompt_row};
 
 /// Prompt rows per step that may be scored for prompt log-probabilities. Their logits
 /// are a vocabulary-sized row each, so this bounds the logits buffer (a long prompt that
@@ -61,6 +61,8 @@ pub struct EngineCore<B: Backend = CpuBackend> {
     /// Reused per step: sequences that finished, and the tokens banned for one sample.
     finished: Vec<(SeqId, FinishReason)>,
     banned: Vec<u32>,
+    /// Whether non-finite logits were already reported (they are logged once).
+    non_finite_logged: bool,
     pub stats: EngineStats,
 }
 
@@ -127,6 +129,7 @@ impl<B: Backend> EngineCore<B> {
             eos_ids,
             finished: Vec::new(),
             banned: Vec::new(),
+            non_finite_logged: false,
             stats,
         })
     }
@@ -323,6 +326,7 @@ impl<B: Backend> EngineCore<B> {
                             &mut self.scheduler,
                             &self.meta,
                             &mut self.sampler,
+                            &mut self.finished,
                             sc.running_index,
                             target as usize,
                             logits_row,
@@ -399,6 +403,16 @@ impl<B: Backend> EngineCore<B> {
     }
 
     fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        if reason == FinishReason::NonFinite && !self.non_finite_logged {
+            self.non_finite_logged = true;
+            let tensor = self.model.first_non_finite_tensor();
+            tracing::error!(
+                first_bad_tensor = tensor
+                    .as_deref()
+                    .unwrap_or("none (overflow in the computation)"),
+                "the model produced non-finite logits; failing the sequences that got them"
+            );
+        }
         let Some(m) = self.meta.remove(&id) else {
             return;
         };
@@ -478,122 +492,4 @@ fn mark_masks_due<B: Backend>(
 
 fn tracing_error(e: &kiln_model::Error) {
     tracing::error!(error = %e, "step failed; ending the sequences in it");
-}
-
-/// Reports the log-probability of prompt token `target` of running sequence `i` (and its
-/// most likely alternatives) from the logits of the row before it.
-fn score_prompt_row(
-    scheduler: &mut Scheduler,
-    metas: &HashMap<SeqId, SeqMeta>,
-    sampler: &mut Sampler,
-    i: usize,
-    target: usize,
-    logits: &[f32],
-) {
-    let seq = &mut scheduler.running_mut()[i];
-    let (Some(m), Some(&token), Some(top)) = (
-        metas.get(&seq.id),
-        seq.tokens.get(target),
-        seq.prompt_logprobs,
-    ) else {
-        return;
-    };
-    let logprobs = sampler.logprobs_of(logits, token, top);
-    seq.prompt_logprob_next = target + 1;
-    // A consumer that went away is noticed when the first token is sent.
-    let _ = m.events.send(EngineEvent::PromptLogprob {
-        index: m.index,
-        position: target,
-        token,
-        logprobs,
-    });
-}
-
-/// Samples the next token of running sequence `i`, appends it, emits it, and records
-/// whether the sequence is done.
-#[allow(clippy::too_many_arguments)]
-fn sample_one(
-    scheduler: &mut Scheduler,
-    metas: &mut HashMap<SeqId, SeqMeta>,
-    sampler: &mut Sampler,
-    banned: &mut Vec<u32>,
-    finished: &mut Vec<(SeqId, FinishReason)>,
-    eos_ids: &[u32],
-    i: usize,
-    logits: &mut [f32],
-) {
-    let max_model_len = scheduler.config.max_model_len;
-    let seq = &mut scheduler.running_mut()[i];
-    let Some(m) = metas.get_mut(&seq.id) else {
-        return;
-    };
-    let n_out = seq.num_output_tokens();
-    banned.clear();
-    let mask = match m.constraint.as_mut().map(SeqConstraint::mask) {
-        None => None,
-        Some(Ok(mask)) => Some(mask),
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "constraint failed; ending the sequence");
-            finished.push((seq.id, FinishReason::Abort));
-            return;
-        }
-    };
-    // A grammar decides when the output may end: `min_tokens` doesn't apply.
-    if n_out < m.stop.min_tokens && mask.is_none() {
-        if !m.stop.ignore_eos {
-            banned.extend_from_slice(eos_ids);
-        }
-        banned.extend_from_slice(&m.stop.stop_token_ids);
-    }
-    let s = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask);
-    let token = s.token;
-    if mask.is_some_and(|mask| !mask_allows(mask, token)) {
-        // The grammar allows nothing more (every token masked): the output is complete.
-        finished.push((seq.id, FinishReason::Stop));
-        return;
-    }
-    let grammar_done = match m
-        .constraint
-        .as_mut()
-        .map(|c| c.accept(token).map(|()| c.is_finished()))
-    {
-        None | Some(Ok(false)) => false,
-        Some(Ok(true)) => true,
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "constraint rejected a sampled token; ending the sequence");
-            finished.push((seq.id, FinishReason::Abort));
-            return;
-        }
-    };
-    m.sampler_state.record(token);
-    seq.tokens.push(token);
-    if m.first_token.is_none() {
-        m.first_token = Some(Instant::now());
-    }
-    let logprobs = s.logprob.map(|logprob| TokenLogprobs {
-        logprob,
-        top: s.top_logprobs,
-    });
-    let sent = m.events.send(EngineEvent::Token {
-        index: m.index,
-        token,
-        logprobs,
-    });
-    let n_out = n_out + 1;
-    let reason = if sent.is_err() {
-        // Nobody is listening any more: the client went away.
-        Some(FinishReason::Abort)
-    } else if (!m.stop.ignore_eos && eos_ids.contains(&token))
-        || m.stop.stop_token_ids.contains(&token)
-        || grammar_done
-    {
-        Some(FinishReason::Stop)
-    } else if n_out >= m.stop.max_tokens || seq.tokens.len() >= max_model_len {
-        Some(FinishReason::Length)
-    } else {
-        None
-    };
-    if let Some(r) = reason {
-        finished.push((seq.id, r));
-    }
 }

@@ -1,0 +1,174 @@
+//! What a step does with each row of logits: score a prompt token, or sample the next
+//! token of a sequence. A row holding a NaN or an infinity (broken weights) ends its
+//! sequence with [`FinishReason::NonFinite`] instead: no token or logprob is made from
+//! it.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::SeqMeta;
+use crate::constraint::mask_allows;
+use crate::masks::SeqConstraint;
+use crate::request::{EngineEvent, FinishReason, TokenLogprobs};
+use crate::sample::Sampler;
+use crate::scheduler::Scheduler;
+use crate::sequence::SeqId;
+
+/// Reports the log-probability of prompt token `target` of running sequence `i` (and its
+/// most likely alternatives) from the logits of the row before it.
+pub(super) fn score_prompt_row(
+    scheduler: &mut Scheduler,
+    metas: &HashMap<SeqId, SeqMeta>,
+    sampler: &mut Sampler,
+    finished: &mut Vec<(SeqId, FinishReason)>,
+    i: usize,
+    target: usize,
+    logits: &[f32],
+) {
+    let seq = &mut scheduler.running_mut()[i];
+    if !all_finite(logits) {
+        finished.push((seq.id, FinishReason::NonFinite));
+        return;
+    }
+    let (Some(m), Some(&token), Some(top)) = (
+        metas.get(&seq.id),
+        seq.tokens.get(target),
+        seq.prompt_logprobs,
+    ) else {
+        return;
+    };
+    let logprobs = sampler.logprobs_of(logits, token, top);
+    seq.prompt_logprob_next = target + 1;
+    // A consumer that went away is noticed when the first token is sent.
+    let _ = m.events.send(EngineEvent::PromptLogprob {
+        index: m.index,
+        position: target,
+        token,
+        logprobs,
+    });
+}
+
+/// Samples the next token of running sequence `i`, appends it, emits it, and records
+/// whether the sequence is done.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sample_one(
+    scheduler: &mut Scheduler,
+    metas: &mut HashMap<SeqId, SeqMeta>,
+    sampler: &mut Sampler,
+    banned: &mut Vec<u32>,
+    finished: &mut Vec<(SeqId, FinishReason)>,
+    eos_ids: &[u32],
+    i: usize,
+    logits: &mut [f32],
+) {
+    let max_model_len = scheduler.config.max_model_len;
+    let seq = &mut scheduler.running_mut()[i];
+    if !all_finite(logits) {
+        finished.push((seq.id, FinishReason::NonFinite));
+        return;
+    }
+    let Some(m) = metas.get_mut(&seq.id) else {
+        return;
+    };
+    let n_out = seq.num_output_tokens();
+    banned.clear();
+    let mask = match m.constraint.as_mut().map(SeqConstraint::mask) {
+        None => None,
+        Some(Ok(mask)) => Some(mask),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "constraint failed; ending the sequence");
+            finished.push((seq.id, FinishReason::Abort));
+            return;
+        }
+    };
+    // A grammar decides when the output may end: `min_tokens` doesn't apply.
+    if n_out < m.stop.min_tokens && mask.is_none() {
+        if !m.stop.ignore_eos {
+            banned.extend_from_slice(eos_ids);
+        }
+        banned.extend_from_slice(&m.stop.stop_token_ids);
+    }
+    let s = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask);
+    let token = s.token;
+    if mask.is_some_and(|mask| !mask_allows(mask, token)) {
+        // The grammar allows nothing more (every token masked): the output is complete.
+        finished.push((seq.id, FinishReason::Stop));
+        return;
+    }
+    let grammar_done = match m
+        .constraint
+        .as_mut()
+        .map(|c| c.accept(token).map(|()| c.is_finished()))
+    {
+        None | Some(Ok(false)) => false,
+        Some(Ok(true)) => true,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "constraint rejected a sampled token; ending the sequence");
+            finished.push((seq.id, FinishReason::Abort));
+            return;
+        }
+    };
+    m.sampler_state.record(token);
+    seq.tokens.push(token);
+    if m.first_token.is_none() {
+        m.first_token = Some(Instant::now());
+    }
+    let logprobs = s.logprob.map(|logprob| TokenLogprobs {
+        logprob,
+        top: s.top_logprobs,
+    });
+    let sent = m.events.send(EngineEvent::Token {
+        index: m.index,
+        token,
+        logprobs,
+    });
+    let n_out = n_out + 1;
+    let reason = if sent.is_err() {
+        // Nobody is listening any more: the client went away.
+        Some(FinishReason::Abort)
+    } else if (!m.stop.ignore_eos && eos_ids.contains(&token))
+        || m.stop.stop_token_ids.contains(&token)
+        || grammar_done
+    {
+        Some(FinishReason::Stop)
+    } else if n_out >= m.stop.max_tokens || seq.tokens.len() >= max_model_len {
+        Some(FinishReason::Length)
+    } else {
+        None
+    };
+    if let Some(r) = reason {
+        finished.push((seq.id, r));
+    }
+}
+
+/// Whether every logit is a finite number. A NaN or an infinity anywhere poisons the
+/// softmax, so the whole row is refused; the scan costs a fraction of the LM head that
+/// produced the row.
+fn all_finite(logits: &[f32]) -> bool {
+    // `x * 0` is 0 for a finite `x` and NaN otherwise; independent lanes vectorise.
+    let mut lanes = [0f32; 16];
+    let chunks = logits.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l += x * 0.0;
+        }
+    }
+    lanes.iter().chain(tail).all(|v| v.is_finite())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_finite;
+
+    #[test]
+    fn one_bad_logit_makes_the_row_non_finite() {
+        let mut row = vec![1.5f32; 1000];
+        assert!(all_finite(&row));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            row[617] = bad;
+            assert!(!all_finite(&row), "{bad}");
+        }
+        assert!(all_finite(&[f32::MAX, f32::MIN]));
+    }
+}
