@@ -24,12 +24,8 @@ pub async fn require_api_key(
         req.extensions_mut().insert(Caller::anonymous());
         return next.run(req).await;
     }
-    match bearer(&req).map(|t| matching(keys, t)) {
-        None => ApiError::Unauthorized(
-            "missing API key: send it as `Authorization: Bearer <key>`".into(),
-        )
-        .into_response(),
-        Some(Some(key)) => {
+    match authorize(&req, "API", |t| matching(keys, t)) {
+        Ok(key) => {
             let caller = Caller {
                 key_id: kiln_usage::key_id(&key.key),
                 label: key.label.clone(),
@@ -37,7 +33,7 @@ pub async fn require_api_key(
             req.extensions_mut().insert(caller);
             next.run(req).await
         }
-        Some(None) => ApiError::Unauthorized("invalid API key".into()).into_response(),
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -58,13 +54,9 @@ pub async fn require_admin_key(
         )
         .into_response();
     }
-    match bearer(&req).map(|t| matching(&config.admin_keys, t)) {
-        None => ApiError::Unauthorized(
-            "missing admin key: send it as `Authorization: Bearer <key>`".into(),
-        )
-        .into_response(),
-        Some(Some(_)) => next.run(req).await,
-        Some(None) => ApiError::Unauthorized("invalid admin key".into()).into_response(),
+    match authorize(&req, "admin", |t| matching(&config.admin_keys, t)) {
+        Ok(_) => next.run(req).await,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -79,18 +71,25 @@ pub async fn require_metrics_key(
     if config.metrics_keys.is_empty() {
         return next.run(req).await;
     }
-    let token = bearer(&req);
-    let allowed = token.is_some_and(|t| {
-        matching(&config.metrics_keys, t).is_some() || matching(&config.admin_keys, t).is_some()
-    });
-    match (token, allowed) {
-        (_, true) => next.run(req).await,
-        (None, _) => ApiError::Unauthorized(
-            "missing metrics key: send it as `Authorization: Bearer <key>`".into(),
-        )
-        .into_response(),
-        (Some(_), false) => ApiError::Unauthorized("invalid metrics key".into()).into_response(),
+    let keys = |t: &str| matching(&config.metrics_keys, t).or(matching(&config.admin_keys, t));
+    match authorize(&req, "metrics", keys) {
+        Ok(_) => next.run(req).await,
+        Err(refused) => refused.into_response(),
     }
+}
+
+/// The key `accept` finds for the request's bearer token, or the 401 naming `what` key
+/// is missing or wrong.
+fn authorize<'k>(
+    req: &Request,
+    what: &str,
+    accept: impl Fn(&str) -> Option<&'k ApiKey>,
+) -> Result<&'k ApiKey, ApiError> {
+    let Some(token) = bearer(req) else {
+        let message = format!("missing {what} key: send it as `Authorization: Bearer <key>`");
+        return Err(ApiError::Unauthorized(message));
+    };
+    accept(token).ok_or_else(|| ApiError::Unauthorized(format!("invalid {what} key")))
 }
 
 /// The bearer token of the request, if it sent one.

@@ -41,6 +41,20 @@ fn read_all(s: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The stream's error event (a stream that failed midway ends with one, then `[DONE]`).
+fn error_event(events: &[String]) -> Value {
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find(|v| v.get("error").is_some())
+        .unwrap_or_else(|| panic!("no error event: {events:?}"))
+}
+
 #[test]
 fn idle_connections_and_slow_bodies_are_cut_and_health_keeps_answering() {
     // 256 descriptors leave room for 192 clients: the connection cap must keep the
@@ -272,11 +286,7 @@ async fn weights_holding_nans_fail_requests_instead_of_answering_200() {
         Some("[DONE]"),
         "{events:?}"
     );
-    let error = events
-        .iter()
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .find(|v| v.get("error").is_some())
-        .unwrap_or_else(|| panic!("no error event: {events:?}"));
+    let error = error_event(&events);
     assert_eq!(error["error"]["code"], "non_finite_logits");
     // No token was made from the NaNs.
     assert!(
@@ -332,11 +342,7 @@ async fn requests_running_at_the_shutdown_deadline_are_told_and_the_exit_is_non_
         Some("[DONE]"),
         "{events:?}"
     );
-    let error = events
-        .iter()
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .find(|v| v.get("error").is_some())
-        .unwrap_or_else(|| panic!("no error event: {events:?}"));
+    let error = error_event(&events);
     assert_eq!(error["error"]["code"], "server_shutdown", "{error}");
 
     let r = waiting
