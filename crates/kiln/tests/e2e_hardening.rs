@@ -41,6 +41,11 @@ fn read_all(s: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `POST url` with a JSON body.
+async fn post_json(url: &str, body: &Value) -> reqwest::Response {
+    client().post(url).json(body).send().await.expect("send")
+}
+
 /// The stream's error event (a stream that failed midway ends with one, then `[DONE]`).
 fn error_event(events: &[String]) -> Value {
     assert_eq!(
@@ -209,15 +214,9 @@ async fn content_type_cors_metrics_key_and_best_of() {
     assert_eq!(get("/health", None).await.expect("send").status(), 200);
 
     // Chat refuses best_of the way completions does.
-    let r = client()
-        .post(&chat)
-        .json(
-            &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
-            "n": 1, "best_of": 3}),
-        )
-        .send()
-        .await
-        .expect("send");
+    let best_of = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "n": 1, "best_of": 3});
+    let r = post_json(&chat, &best_of).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["param"], "best_of", "{v}");
@@ -260,24 +259,14 @@ async fn weights_holding_nans_fail_requests_instead_of_answering_200() {
     let base = server.base_url();
     let body = json!({"model": "broken", "messages": [{"role": "user", "content": "Hi"}],
         "max_tokens": 4, "logprobs": true});
-    let r = client()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
+    let r = post_json(&format!("{base}/v1/chat/completions"), &body).await;
     assert_eq!(r.status(), 500);
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["code"], "non_finite_logits", "{v}");
 
     let mut stream_body = body.clone();
     stream_body["stream"] = json!(true);
-    let r = client()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&stream_body)
-        .send()
-        .await
-        .expect("send");
+    let r = post_json(&format!("{base}/v1/chat/completions"), &stream_body).await;
     assert_eq!(r.status(), 200);
     let mut stream = Box::pin(r.bytes_stream());
     let events = read_events(&mut stream, &mut Vec::new(), usize::MAX).await;
