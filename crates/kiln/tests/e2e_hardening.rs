@@ -156,7 +156,7 @@ async fn content_type_cors_metrics_key_and_best_of() {
     assert_eq!(r.status(), 415);
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["error"]["code"], "unsupported_media_type", "{v}");
-    // No content type at all is taken as JSON (curl without -H).
+    // A body with no content type at all is taken as JSON.
     let r = client()
         .post(&chat)
         .body(body.to_string())
