@@ -559,6 +559,16 @@ mod tests {
     }
 
     #[test]
+    fn http_table() {
+        let f =
+            FileConfig::parse("[http]\nbody_timeout = 5\ncors_origins = [\"*\"]").expect("parse");
+        let http = f.http.expect("[http]");
+        assert_eq!(http.body_timeout, Some(5.0));
+        assert_eq!(http.cors_origins.as_deref(), Some(&["*".to_string()][..]));
+        assert!(FileConfig::parse("[http]\nmax_conections = 5").is_err());
+    }
+
+    #[test]
     fn validation_names_the_setting() {
         let mut c = RouterConfig {
             nodes: vec![NodeSpec::parse("http://a:1").expect("node")],

@@ -238,4 +238,22 @@ mod tests {
         let bad = toml::from_str::<FileConfig>("models = [{ name = \"a\", pinned = true }]");
         assert!(bad.is_err(), "a misspelt model key is an error");
     }
+
+    #[test]
+    fn http_table_and_metrics_keys() {
+        let c: FileConfig = toml::from_str(
+            "metrics_keys = [\"mk\"]\n[http]\nheader_timeout = 5\nbody_timeout = 60.5\n\
+             max_connections = 100\ncors_origins = [\"https://app.example\"]",
+        )
+        .expect("valid");
+        assert_eq!(c.metrics_keys.as_deref(), Some(&["mk".to_string()][..]));
+        let http = c.http.expect("[http]");
+        assert_eq!(
+            (http.header_timeout, http.body_timeout),
+            (Some(5.0), Some(60.5))
+        );
+        assert_eq!(http.max_connections, Some(100));
+        let typo = toml::from_str::<FileConfig>("[http]\nbody_timout = 5");
+        assert!(typo.is_err(), "a misspelt [http] key is an error");
+    }
 }
