@@ -26,12 +26,18 @@ struct Inner {
     shutting_down: AtomicBool,
 }
 
+/// Longest a kept-alive connection to a node is reused after its last response.
+const NODE_IDLE_REUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl RouterState {
     pub fn new(config: RouterConfig) -> Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.idle_timeout)
             .tcp_keepalive(std::time::Duration::from_secs(30))
+            // Nodes close a connection idle for their header timeout (10 s by default):
+            // drop ours sooner, so a request never goes out on one a node is closing.
+            .pool_idle_timeout(NODE_IDLE_REUSE)
             .tcp_nodelay(true)
             .build()
             .map_err(Error::Client)?;
