@@ -28,10 +28,6 @@ impl CpuBackend {
             kernels,
         }
     }
-
-    pub fn kernels(&self) -> &'static KernelTable {
-        self.kernels
-    }
 }
 
 impl WeightMatrix for QMatrix {

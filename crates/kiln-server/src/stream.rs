@@ -87,33 +87,29 @@ pub fn sse<F: ChunkFormat>(
                 None => Some(None),
             };
             let mut out = Vec::new();
-            let Some(next) = next else {
-                // The shutdown deadline: say so, then end (dropping the generation
-                // aborts it in the engine).
+            // The shutdown deadline, or the engine failing the choice (a failed step,
+            // non-finite logits): say so, then end (dropping the generation aborts it).
+            let error = match &next {
+                None => Some(ApiError::ShutdownCut),
+                Some(Some(ChoiceEvent {
+                    event: TextEvent::Finished { reason, .. },
+                    ..
+                })) => st
+                    .gen
+                    .as_ref()
+                    .and_then(|g| g.failure(*reason))
+                    .map(ApiError::from),
+                Some(_) => None,
+            };
+            if let Some(err) = error {
                 st.gen = None;
-                out.push(to_json(&ApiError::ShutdownCut.body()));
+                out.push(to_json(&err.body()));
                 out.push("[DONE]".into());
                 st.done = true;
                 st.pending.extend(out);
                 continue;
-            };
-            let failure = match &next {
-                Some(ChoiceEvent {
-                    event: TextEvent::Finished { reason, .. },
-                    ..
-                }) => st.gen.as_ref().and_then(|g| g.failure(*reason)),
-                _ => None,
-            };
-            match next {
-                Some(_) if failure.is_some() => {
-                    // The engine failed it (a failed step, non-finite logits): say so,
-                    // then end.
-                    st.gen = None;
-                    let err = failure.map(ApiError::from).unwrap_or(ApiError::Aborted);
-                    out.push(to_json(&err.body()));
-                    out.push("[DONE]".into());
-                    st.done = true;
-                }
+            }
+            match next.flatten() {
                 Some(ev) => st.fmt.event(ev, &mut out),
                 None => {
                     let usage = st

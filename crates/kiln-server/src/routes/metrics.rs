@@ -7,13 +7,11 @@ use axum::response::{IntoResponse, Response};
 use kiln_host::ModelKind;
 
 use crate::metrics::{render, LoraSample, ModelSample};
-use crate::state::AppState;
+use crate::state::{unix_now, AppState};
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let loaded: Vec<_> = state.models().iter().map(|m| (m, m.loaded())).collect();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = unix_now() as f64;
     let samples: Vec<ModelSample<'_>> = loaded
         .iter()
         .map(|(hosted, model)| ModelSample {
