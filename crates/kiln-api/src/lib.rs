@@ -1,19 +1,21 @@
 //! Kiln's HTTP wire types: the OpenAI-compatible requests and responses of
 //! `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models`, their
 //! stream chunks, structured output and tools (`structured`), vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
-//! `/ai/run/{model}`, and OpenAI's error body.
+//! `/ai/run/{model}`, OpenAI's Responses API (`responses`) and its error body.
 //!
 //! Only serde: the server, the router and the benchmark client share these types, and
 //! the engine never sees them. Requests accept `null` wherever OpenAI does and ignore
 //! fields they don't know (as vLLM does), so SDKs that send newer fields keep working;
 //! values of the wrong type are rejected by serde, and the server reports the field.
 
+pub mod agents;
 pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod models;
+pub mod responses;
 pub mod structured;
 pub mod tokenize;
 pub mod workers_ai;

@@ -11,7 +11,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::{header, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use kiln_http::body_deadline;
 use serde::Deserialize;
@@ -21,6 +21,7 @@ use crate::affinity::session_key;
 use crate::error::ApiError;
 use crate::metrics::NodeGauges;
 use crate::nodes::Health;
+use crate::pinned;
 use crate::placement::Resolved;
 use crate::proxy::{self, Inbound};
 use crate::state::RouterState;
@@ -34,6 +35,10 @@ pub fn app(state: RouterState) -> Router {
         .route("/tokenize", post(forward))
         .route("/detokenize", post(forward))
         .route("/ai/run/{*model}", post(forward_ai_run))
+        .route("/v1/responses", post(forward_responses))
+        .route("/v1/responses/{*rest}", any(forward_responses))
+        .route("/v1/agents/{name}", any(forward_agent))
+        .route("/v1/agents/{name}/{*rest}", any(forward_agent))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*model}", get(retrieve_model))
         .route("/nodes", get(nodes))
@@ -78,6 +83,43 @@ async fn forward_ai_run(
 ) -> Response {
     match inbound(&state, req, Some(model)).await {
         Ok(inbound) => proxy::route(&state, inbound).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The Responses API: to the node that keeps the caller's stored responses.
+async fn forward_responses(State(state): State<RouterState>, req: Request) -> Response {
+    match inbound(&state, req, None).await {
+        Ok(inbound) => {
+            let key = pinned::responses_key(&inbound);
+            pinned::route(
+                &state,
+                inbound,
+                &key,
+                "this API key's stored responses".into(),
+            )
+            .await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An agent's requests: to the node the agent lives on, by its name.
+async fn forward_agent(
+    State(state): State<RouterState>,
+    Path(params): Path<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    let name = params
+        .into_iter()
+        .find(|(k, _)| k == "name")
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    match inbound(&state, req, None).await {
+        Ok(inbound) => {
+            let key = pinned::agent_key(&name);
+            pinned::route(&state, inbound, &key, format!("agent '{name}'")).await
+        }
         Err(e) => e.into_response(),
     }
 }

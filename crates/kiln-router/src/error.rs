@@ -65,6 +65,13 @@ pub enum ApiError {
     AllBusy { model: String },
     #[error("no node can serve model `{model}` now: {detail}")]
     NoNode { model: String, detail: String },
+    /// The one node that keeps some state (an agent, stored responses) can't answer.
+    #[error("{what} lives on node {node}, which is unavailable: {detail}")]
+    OwnerDown {
+        what: String,
+        node: String,
+        detail: String,
+    },
     #[error("the fallback upstream failed: {0}")]
     Upstream(String),
     #[error("the router is shutting down")]
@@ -83,7 +90,9 @@ impl OpenAiError for ApiError {
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::NoNode { .. } | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NoNode { .. } | ApiError::OwnerDown { .. } | ApiError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
         }
     }
@@ -99,6 +108,7 @@ impl OpenAiError for ApiError {
             ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::AllBusy { .. } => "nodes_busy",
             ApiError::NoNode { .. } => "no_node_available",
+            ApiError::OwnerDown { .. } => "owner_node_unavailable",
             ApiError::Upstream(_) => "upstream_failed",
             ApiError::ShuttingDown => "shutting_down",
         }

@@ -26,6 +26,7 @@ pub mod hash;
 pub mod health;
 pub mod metrics;
 pub mod nodes;
+pub mod pinned;
 pub mod placement;
 pub mod prom;
 pub mod proxy;

@@ -44,6 +44,8 @@ pub struct Placement {
     pub capacity: usize,
     load_factor: f64,
     vnodes: u32,
+    /// The ring over every node, for state that lives on one node.
+    ring: Option<Ring>,
 }
 
 impl Placement {
@@ -110,6 +112,7 @@ impl Placement {
             capacity: a.capacity,
             load_factor: config.load_factor,
             vnodes: config.vnodes,
+            ring: Some(ring),
         };
         placement.default_model = match &config.default_model {
             Some(name) => match placement.resolve(Some(name)) {
@@ -123,6 +126,14 @@ impl Placement {
                 .find_map(|c| c.first().map(|m| m.id.clone())),
         };
         placement
+    }
+
+    /// The node that keeps the state named `key` (an agent, a key's stored responses):
+    /// the first node on the ring from `key`, whatever its health, so the state is
+    /// never split between nodes; only a change of membership moves it.
+    pub fn owner(&self, key: &str) -> Option<&Arc<Node>> {
+        let first = *self.ring.as_ref()?.walk(key).first()?;
+        self.nodes.get(first)
     }
 
     /// The canonical model a request's `model` field names (`@kiln/` prefix and case

@@ -74,7 +74,7 @@ impl Fallback {
 }
 
 /// A response read whole.
-struct Buffered {
+pub(crate) struct Buffered {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
@@ -92,7 +92,7 @@ impl Buffered {
 }
 
 /// How one attempt on one node went.
-enum Attempt {
+pub(crate) enum Attempt {
     Served(Response),
     /// Before the first byte: try the next node.
     Failed {
@@ -197,7 +197,7 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
 }
 
 /// A node's response that goes back to the client: count it.
-fn served(state: &RouterState, node: &Node, r: Buffered) -> Response {
+pub(crate) fn served(state: &RouterState, node: &Node, r: Buffered) -> Response {
     count_served(state, node);
     r.into_response(&node.id)
 }
@@ -246,7 +246,11 @@ async fn fallback_or(
 }
 
 /// One try on one node.
-async fn attempt(state: &RouterState, node: &std::sync::Arc<Node>, req: &Inbound) -> Attempt {
+pub(crate) async fn attempt(
+    state: &RouterState,
+    node: &std::sync::Arc<Node>,
+    req: &Inbound,
+) -> Attempt {
     let in_flight = node.begin();
     let url = format!("{}{}", node.spec.url, req.path);
     let auth = state.config().node_api_key.as_deref();

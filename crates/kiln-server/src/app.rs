@@ -8,7 +8,8 @@ use kiln_http::body_deadline;
 
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
 use crate::routes::{
-    admin, chat, completions, embeddings, health, metrics, models, tokenize, workers_ai,
+    admin, agents, chat, completions, embeddings, health, metrics, models, responses, tokenize,
+    workers_ai,
 };
 use crate::state::AppState;
 
@@ -24,6 +25,37 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route(
+            "/v1/agents/{name}",
+            get(agents::get).put(agents::put).delete(agents::delete),
+        )
+        .route(
+            "/v1/agents/{name}/responses",
+            get(agents::history).post(agents::respond),
+        )
+        .route(
+            "/v1/agents/{name}/state",
+            get(agents::get_state).put(agents::put_state),
+        )
+        .route(
+            "/v1/agents/{name}/schedules",
+            get(agents::schedules).post(agents::add_schedule),
+        )
+        .route(
+            "/v1/agents/{name}/schedules/{id}",
+            axum::routing::delete(agents::delete_schedule),
+        )
+        .route("/v1/agents/{name}/events", get(agents::events))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*model}", get(models::retrieve))
         .route("/tokenize", post(tokenize::tokenize))

@@ -113,6 +113,18 @@ pub enum ApiError {
     /// The model's output was not finite numbers (corrupt weights).
     #[error("{0}")]
     NonFiniteOutput(String),
+    /// A stored object (a response) this caller has none of.
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        param: Option<String>,
+    },
+    /// The caller's stored data is at its cap.
+    #[error("{0}")]
+    StorageLimit(String),
+    /// A state database is unreadable, corrupt or locked.
+    #[error("{0}")]
+    StoreUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -134,8 +146,10 @@ impl OpenAiError for ApiError {
             | ApiError::ContextLength { .. }
             | ApiError::WrongModelTask { .. }
             | ApiError::AdapterMismatch { .. }
-            | ApiError::AdapterInvalid { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::AdapterInvalid { .. }
+            | ApiError::StorageLimit(_) => StatusCode::BAD_REQUEST,
             ApiError::ModelNotFound { .. }
+            | ApiError::NotFound { .. }
             | ApiError::AdapterNotFound { .. }
             | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -149,7 +163,8 @@ impl OpenAiError for ApiError {
             | ApiError::ShutdownCut
             | ApiError::ModelLoading { .. }
             | ApiError::ModelUnavailable { .. }
-            | ApiError::NoRoom { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NoRoom { .. }
+            | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Aborted | ApiError::NonFiniteOutput(_) | ApiError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -182,13 +197,18 @@ impl OpenAiError for ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Aborted => "aborted",
             ApiError::NonFiniteOutput(_) => "non_finite_logits",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::StorageLimit(_) => "storage_limit_reached",
+            ApiError::StoreUnavailable(_) => "store_unavailable",
             ApiError::Internal(_) => "internal_error",
         }
     }
 
     fn param(&self) -> Option<String> {
         match self {
-            ApiError::InvalidRequest { param, .. } => param.clone(),
+            ApiError::InvalidRequest { param, .. } | ApiError::NotFound { param, .. } => {
+                param.clone()
+            }
             ApiError::ContextLength { param, .. } => Some(param.clone()),
             ApiError::ModelNotFound { .. }
             | ApiError::WrongModelTask { .. }
@@ -222,6 +242,48 @@ impl IntoResponse for ApiError {
 impl From<kiln_engine::Error> for ApiError {
     fn from(e: kiln_engine::Error) -> Self {
         ApiError::from(HostError::from(e))
+    }
+}
+
+impl From<kiln_responses::ResponsesError> for ApiError {
+    fn from(e: kiln_responses::ResponsesError) -> Self {
+        use kiln_responses::ResponsesError as R;
+        match e {
+            R::Invalid { param, message } => ApiError::invalid(param, message),
+            R::NotFound { ref param, .. } => ApiError::NotFound {
+                param: param.clone(),
+                message: e.to_string(),
+            },
+            R::Chain { message } => ApiError::invalid("previous_response_id", message),
+            e @ R::StorageLimit { .. } => ApiError::StorageLimit(e.to_string()),
+            e @ R::NotCancellable { .. } => ApiError::InvalidRequest {
+                param: None,
+                message: e.to_string(),
+            },
+            // The chat path's own error, as a chat completion would have answered.
+            R::Generate(g) => match g.source.as_ref().and_then(|s| s.downcast_ref::<ApiError>()) {
+                Some(api) => api.clone(),
+                None => ApiError::Internal(g.message),
+            },
+            e @ R::Db(_) => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+            e => ApiError::Internal(without_paths(&e.to_string())),
+        }
+    }
+}
+
+impl From<kiln_agents::AgentError> for ApiError {
+    fn from(e: kiln_agents::AgentError) -> Self {
+        use kiln_agents::AgentError as A;
+        match e {
+            A::Invalid { param, message } => ApiError::invalid(param, message),
+            e @ (A::NotFound { .. } | A::ScheduleNotFound { .. }) => ApiError::NotFound {
+                message: e.to_string(),
+                param: None,
+            },
+            e @ A::Unavailable { .. } => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+            A::Responses(r) => ApiError::from(r),
+            e => ApiError::Internal(without_paths(&e.to_string())),
+        }
     }
 }
 
@@ -336,6 +398,20 @@ pub enum Error {
     Load { model: String, reason: String },
     #[error("usage metering: {0}")]
     Usage(#[from] kiln_usage::Error),
+    #[error("response store: {0}")]
+    Responses(#[from] kiln_responses::ResponsesError),
+    #[error("data directory {}: {source}", .path.display())]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the data directory {} is in use by another kiln serve; give each server its own \
+         --data-dir",
+        .dir.display()
+    )]
+    DataDirInUse { dir: std::path::PathBuf },
     #[error("the shutdown deadline cut {cut} request(s) short")]
     RequestsCut { cut: usize },
     #[error(transparent)]

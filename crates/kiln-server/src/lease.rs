@@ -10,27 +10,11 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use kiln_api::Usage;
 use kiln_host::{Lease, TokenUsage, UsageSink};
+pub use kiln_usage::Caller;
 use kiln_usage::{Meter, UsageRecord};
 
 /// The header saying whether the model was loaded when the request arrived.
 pub const WARM_HEADER: &str = "x-kiln-warm";
-
-/// Who is calling: the API key's id (a SHA-256 prefix, never the key) and its label, or
-/// `anonymous` when the server has no keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub key_id: String,
-    pub label: Option<String>,
-}
-
-impl Caller {
-    pub fn anonymous() -> Self {
-        Self {
-            key_id: kiln_usage::ANONYMOUS.to_string(),
-            label: None,
-        }
-    }
-}
 
 /// Set once a request knows whether its model was warm; the request middleware turns it
 /// into the `x-kiln-warm` header of whatever response goes out (JSON, SSE or error).

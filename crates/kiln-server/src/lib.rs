@@ -4,7 +4,8 @@
 //! [`run`] binds, loads the pinned models in the background, serves, and shuts down
 //! gracefully. Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`,
 //! `POST /v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `POST /detokenize`,
-//! `POST /ai/run/{model}` (Workers AI style, for every task), `GET /admin/usage`,
+//! `POST /ai/run/{model}` (Workers AI style, for every task), OpenAI's Responses API
+//! (`/v1/responses`, over [`kiln_responses`]), `GET /admin/usage`,
 //! `GET /health`, `GET /ready`, `GET /metrics` (Prometheus).
 //!
 //! Models are hosted by [`kiln_host`] (loading on demand under one memory budget,
@@ -32,6 +33,7 @@ mod logprobs;
 pub mod metrics;
 pub mod middleware;
 pub mod prompt;
+mod responses_chat;
 mod routes;
 pub mod serve;
 pub mod state;
@@ -48,6 +50,7 @@ pub use kiln_host::{
     ModelStatus,
 };
 pub use kiln_http::{ConnectionLimits, CorsPolicy};
+pub use kiln_responses::Limits as ResponseLimits;
 pub use lease::{CallContext, Caller, WARM_HEADER};
 pub use serve::{run, serve, shutdown_signal, ServeOptions};
 pub use state::{ApiKey, AppState, ServerConfig};

@@ -20,12 +20,14 @@ use std::time::Duration;
 
 use kiln_host::{HostError, HostedModel, ModelSource};
 use kiln_http::ConnectionLimits;
+use kiln_responses::{Limits, ResponseStore};
 use kiln_usage::{Meter, UsageStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::app;
 use crate::error::{Error, Result};
+use crate::responses_chat::{enable_agents, enable_responses};
 use crate::state::{AppState, ServerConfig};
 
 /// Where to listen, how long to wait for in-flight requests at shutdown, and where
@@ -38,7 +40,19 @@ pub struct ServeOptions {
     pub server: ServerConfig,
     /// The SQLite file usage is metered into; `None`: no metering.
     pub usage_db: Option<PathBuf>,
+    /// Where stored responses (`responses.sqlite3`) and agents (`agents/`) live;
+    /// `None`: responses in memory only, and no agents.
+    pub data_dir: Option<PathBuf>,
+    /// Per-key storage caps and per-response bounds of the Responses API.
+    pub responses: Limits,
 }
+
+/// The response store's file in the data directory.
+pub const RESPONSES_FILE: &str = "responses.sqlite3";
+/// Held locked by the server that uses a data directory.
+pub const LOCK_FILE: &str = "kiln.lock";
+/// The agents' directory (one file per agent) in the data directory.
+pub const AGENTS_DIR: &str = "agents";
 
 /// Serves `models` until `shutdown` completes, then shuts down gracefully.
 pub async fn run(
@@ -53,6 +67,57 @@ pub async fn run(
             source,
         })?;
     serve(listener, opts, models, shutdown).await
+}
+
+/// The Responses API (stored under the data directory, or in memory without one) and
+/// the agents (only with a data directory); background responses a restart cut short
+/// are started again.
+fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs::File>> {
+    let Some(dir) = &opts.data_dir else {
+        enable_responses(
+            state,
+            ResponseStore::open_in_memory()?,
+            opts.responses.clone(),
+        );
+        return Ok(None);
+    };
+    let lock = lock_data_dir(dir)?;
+    let path = dir.join(RESPONSES_FILE);
+    enable_responses(state, ResponseStore::open(&path)?, opts.responses.clone());
+    let resumed = match state.responses() {
+        Ok(r) => r.resume()?,
+        Err(_) => 0,
+    };
+    tracing::info!(path = %path.display(), resumed, "storing responses");
+    let agents = dir.join(AGENTS_DIR);
+    let armed = enable_agents(state, agents.clone(), opts.responses.clone()).unwrap_or(0);
+    tracing::info!(path = %agents.display(), armed, "agents");
+    Ok(Some(lock))
+}
+
+/// Takes the data directory for this process: two servers on one directory would run
+/// each other's schedules and resume each other's responses. The lock lasts as long
+/// as the returned file is open (the OS drops it if the process dies).
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
+    let path = dir.join(LOCK_FILE);
+    let io = |source| Error::DataDir {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::DataDirInUse {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
 }
 
 /// Like [`run`] on a listener the caller bound.
@@ -79,6 +144,7 @@ pub async fn serve(
         None => None,
     };
     let state = AppState::with_meter(opts.server.clone(), hosted_models, meter)?;
+    let _data_dir_lock = set_up_state(&state, &opts)?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!("listening on http://{addr}");
 

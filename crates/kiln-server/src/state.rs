@@ -2,14 +2,16 @@
 //! budget, API and admin keys, limits, the usage meter and the shutdown flag.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kiln_agents::Agents;
 use kiln_engine::ServingModel;
 use kiln_host::{
     AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
 };
 use kiln_http::{ConnectionLimits, CorsPolicy};
+use kiln_responses::Responses;
 use kiln_usage::Meter;
 
 use crate::cutoff::{Cutoff, CutoffSignal};
@@ -100,11 +102,15 @@ impl Default for ServerConfig {
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
-struct Inner {
+pub(crate) struct Inner {
     host: Host,
     config: ServerConfig,
     meter: Option<Arc<Meter>>,
     cutoff: Cutoff,
+    /// The Responses API (`responses_chat::enable_responses`).
+    responses: OnceLock<Arc<Responses>>,
+    /// Agents, once `responses_chat::enable_agents` gave them a directory.
+    agents: OnceLock<Arc<Agents>>,
 }
 
 impl AppState {
@@ -126,7 +132,48 @@ impl AppState {
             config,
             meter,
             cutoff: Cutoff::default(),
+            responses: OnceLock::new(),
+            agents: OnceLock::new(),
         })))
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self(inner)
+    }
+
+    /// A handle that does not keep the state alive (the services the state owns hold
+    /// one to reach back).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.0)
+    }
+
+    /// Serves the Responses API with `responses` (once, before serving).
+    pub(crate) fn set_responses(&self, responses: Arc<Responses>) -> bool {
+        self.0.responses.set(responses).is_ok()
+    }
+
+    /// Serves agents with `agents` (once, before serving).
+    pub(crate) fn set_agents(&self, agents: Arc<Agents>) -> bool {
+        self.0.agents.set(agents).is_ok()
+    }
+
+    /// The agents, when the server has a data directory.
+    pub fn agents(&self) -> std::result::Result<&Arc<Agents>, ApiError> {
+        self.0.agents.get().ok_or_else(|| ApiError::InvalidRequest {
+            param: None,
+            message: "agents need a data directory; start the server with --data-dir".into(),
+        })
+    }
+
+    /// The Responses API.
+    pub fn responses(&self) -> std::result::Result<&Arc<Responses>, ApiError> {
+        self.0
+            .responses
+            .get()
+            .ok_or_else(|| ApiError::InvalidRequest {
+                param: None,
+                message: "the Responses API is not set up on this server".into(),
+            })
     }
 
     /// State over one already loaded model (tests, embedding the server).

@@ -126,7 +126,12 @@ pub fn sse<F: ChunkFormat>(
             st.pending.extend(out);
         }
     });
-    let mut resp = Body::from_stream(body).into_response();
+    event_stream(Body::from_stream(body))
+}
+
+/// `body` as a server-sent event stream.
+pub fn event_stream(body: Body) -> Response {
+    let mut resp = body.into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

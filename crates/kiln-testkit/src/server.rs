@@ -18,6 +18,8 @@ pub struct ServerProcess {
     child: Child,
     port: u16,
     log: Arc<Mutex<Vec<String>>>,
+    /// The server's own data directory, when the caller gave none.
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl ServerProcess {
@@ -30,11 +32,23 @@ impl ServerProcess {
     /// Like [`Self::start`] with a command the caller prepared (a wrapper such as
     /// `sh -c 'ulimit -n 256; exec "$0" "$@"' kiln`, or extra environment); `serve` and
     /// the listen arguments are appended to it.
+    ///
+    /// Without `--data-dir` in `args`, the server gets a fresh one of its own (removed on
+    /// drop), so servers started side by side never share stored state.
     pub fn start_with(mut cmd: Command, args: &[&str], timeout: Duration) -> Result<Self, String> {
         let bin = cmd.get_program().to_owned();
+        let data_dir = match args.contains(&"--data-dir") {
+            true => None,
+            false => Some(tempfile::tempdir().map_err(|e| format!("data dir: {e}"))?),
+        };
         let mut child = cmd
             .args(["serve", "--host", "127.0.0.1", "--port", "0"])
             .args(args)
+            .args(
+                data_dir
+                    .iter()
+                    .flat_map(|d| [std::ffi::OsStr::new("--data-dir"), d.path().as_os_str()]),
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kiln_server=info".into()),
@@ -48,6 +62,7 @@ impl ServerProcess {
             .env_remove("KILN_ADMIN_KEY")
             .env_remove("KILN_METRICS_KEY")
             .env_remove("KILN_USAGE_DB")
+            .env_remove("KILN_DATA_DIR")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -88,7 +103,12 @@ impl ServerProcess {
                 ));
             }
         };
-        let mut server = ServerProcess { child, port, log };
+        let mut server = ServerProcess {
+            child,
+            port,
+            log,
+            _data_dir: data_dir,
+        };
         // `/ready` needs the metrics key when the server was given one.
         let key = args
             .iter()

@@ -5,6 +5,23 @@ use sha2::{Digest, Sha256};
 /// The caller id when the server runs without API keys.
 pub const ANONYMOUS: &str = "anonymous";
 
+/// Who is calling: the API key's id ([`key_id`], never the key) and its label, or
+/// [`ANONYMOUS`] when the server has no keys. Metering and stored state are keyed by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub key_id: String,
+    pub label: Option<String>,
+}
+
+impl Caller {
+    pub fn anonymous() -> Self {
+        Self {
+            key_id: ANONYMOUS.to_string(),
+            label: None,
+        }
+    }
+}
+
 /// `key_` and the first 16 hex digits (64 bits) of the key's SHA-256: stable across
 /// restarts, distinct for a deployment's keys, and useless for recovering the key.
 pub fn key_id(key: &str) -> String {

@@ -16,7 +16,7 @@ mod neurons;
 mod store;
 
 pub use error::{Error, Result};
-pub use key::{key_id, ANONYMOUS};
+pub use key::{key_id, Caller, ANONYMOUS};
 pub use meter::Meter;
 pub use neurons::{neurons, DECODE_WEIGHT, FLOPS_PER_NEURON, FORMULA};
 pub use store::{UsageRecord, UsageRow, UsageStore};

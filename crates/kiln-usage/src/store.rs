@@ -9,17 +9,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use kiln_db::{to_i64, to_u64, DbError, Schema};
+use rusqlite::{params, Connection};
 
 use crate::error::{Error, Result};
 
-/// How long to wait for another connection's lock.
-const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The schema this code writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
-
-const SCHEMA: &str = "
+const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS usage (
     key_id            TEXT    NOT NULL,
     model             TEXT    NOT NULL,
@@ -33,6 +28,12 @@ CREATE TABLE IF NOT EXISTS usage (
     last_at           INTEGER NOT NULL,
     PRIMARY KEY (key_id, model)
 );";
+
+const SCHEMA: Schema = Schema {
+    what: "usage database",
+    sql: &[SCHEMA_SQL],
+    version: 1,
+};
 
 /// What one request (or several, summed) consumed.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,69 +82,20 @@ pub struct UsageStore {
 impl UsageStore {
     /// Opens (creating if needed) the database at `path`, and its parent directory.
     pub fn open(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        // Servers started together may create the file together; switching a new file to
-        // WAL can then report "busy" without waiting, so that is retried for a while.
-        let started = std::time::Instant::now();
-        loop {
-            let conn = Connection::open(path).map_err(|source| Error::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            match Self::init(conn, path.to_path_buf()) {
-                Err(Error::Sql { source, .. })
-                    if is_busy(&source) && started.elapsed() < BUSY_WAIT =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                other => return other,
-            }
-        }
+        let conn = kiln_db::open(path, &SCHEMA)?;
+        Ok(Self {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
     /// A database in memory (tests, or metering that need not persist).
     pub fn open_in_memory() -> Result<Self> {
-        let path = PathBuf::from(":memory:");
-        let conn = Connection::open_in_memory().map_err(|source| Error::Open {
-            path: path.clone(),
-            source,
-        })?;
-        Self::init(conn, path)
-    }
-
-    fn init(conn: Connection, path: PathBuf) -> Result<Self> {
-        let sql = |source| Error::Sql {
-            path: path.clone(),
-            source,
-        };
-        // Several servers may share one file; wait for a writer rather than fail.
-        conn.busy_timeout(BUSY_WAIT).map_err(sql)?;
-        // `journal_mode` answers with the mode it set, so it is read as a query.
-        let _mode: Option<String> = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .optional()
-            .map_err(sql)?;
-        conn.execute_batch("PRAGMA synchronous = NORMAL;")
-            .map_err(sql)?;
-        let found: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(sql)?;
-        if found > SCHEMA_VERSION {
-            return Err(Error::SchemaTooNew {
-                path,
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        conn.execute_batch(SCHEMA).map_err(sql)?;
-        conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
-            .map_err(sql)?;
-        Ok(Self { conn, path })
+        let conn = kiln_db::open_in_memory(&SCHEMA)?;
+        Ok(Self {
+            conn,
+            path: PathBuf::from(":memory:"),
+        })
     }
 
     /// Where the database lives (`:memory:` for an in-memory one).
@@ -155,10 +107,7 @@ impl UsageStore {
     pub fn add(&mut self, records: &[UsageRecord]) -> Result<()> {
         let now = unix_now();
         let path = self.path.clone();
-        let sql = |source| Error::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = |source| Error::from(DbError::sql(SCHEMA.what, &path, source));
         let tx = self.conn.transaction().map_err(sql)?;
         {
             let mut upsert = tx
@@ -197,10 +146,7 @@ impl UsageStore {
 
     /// Every row, ordered by caller then model.
     pub fn rows(&self) -> Result<Vec<UsageRow>> {
-        let sql = |source| Error::Sql {
-            path: self.path.clone(),
-            source,
-        };
+        let sql = |source| Error::from(DbError::sql(SCHEMA.what, &self.path, source));
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -244,22 +190,6 @@ pub(crate) fn aggregate(
             into.push(r);
         }
     }
-}
-
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
-}
-
-/// SQLite integers are signed; counts past `i64::MAX` (never reached) saturate.
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 fn unix_now() -> i64 {

@@ -104,7 +104,10 @@ fn closed_meter_refuses_reads_and_a_newer_schema_is_refused() {
         .expect("bump the schema version");
     let err = UsageStore::open(&path).err().expect("newer schema refused");
     assert!(
-        matches!(err, kiln_usage::Error::SchemaTooNew { found: 99, .. }),
+        matches!(
+            err,
+            kiln_usage::Error::Db(kiln_db::DbError::SchemaTooNew { found: 99, .. })
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("usage.sqlite3"), "{err}");

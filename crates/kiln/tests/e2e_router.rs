@@ -6,6 +6,8 @@
 //!   streaming, and every stream it breaks ends with an SSE error event;
 //! - the upstream receives exactly the unknown-model, over-context and overloaded
 //!   requests;
+//! - each agent lives on the node its name places it on, and a key's response chains
+//!   hold through the router;
 //! - placement keeps models warm (>= 99% in steady state) where random routing over
 //!   the same nodes does not.
 
@@ -19,5 +21,7 @@ mod fallback;
 mod harness;
 #[path = "e2e_router/placement.rs"]
 mod placement;
+#[path = "e2e_router/stateful.rs"]
+mod stateful;
 #[path = "e2e_router/warm.rs"]
 mod warm;

@@ -30,29 +30,6 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(f)
-}
-
-/// POSTs `body` to `path`; returns the status and the JSON body.
-async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let resp = client()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("body");
-    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    (status, v)
-}
-
 #[test]
 fn python_structured_checks_pass() {
     let _serial = serial();

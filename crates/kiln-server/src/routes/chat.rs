@@ -10,8 +10,10 @@ use kiln_api::chat::{
     ChunkChoice, Delta,
 };
 use kiln_api::Usage;
+use kiln_constrain::ToolFormat;
 use kiln_engine::output::TextEvent;
-use kiln_host::{ChoiceEvent, Generation};
+use kiln_engine::ServingModel;
+use kiln_host::{ChoiceEvent, Generation, HostedModel};
 use kiln_tokenizer::Tokenizer;
 
 use super::{admit, collect, finish_reason};
@@ -32,8 +34,89 @@ pub async fn chat_completions(
     ctx: CallContext,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    let ChatStart {
+        gen,
+        model,
+        hosted,
+        parse_tools,
+        logprobs,
+    } = start(&state, &req, &ctx).await?;
+    let head = Head {
+        id: format!("chatcmpl-{}", rid.0),
+        created: unix_now(),
+        model: hosted.name.clone(),
+        fingerprint: hosted.fingerprint(),
+    };
+    let want_logprobs = logprobs.is_some();
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let fmt = ChatFormat {
+            n_choices: gen.num_choices(),
+            head,
+            include_usage,
+            logprobs: want_logprobs,
+            tokenizer: model.tokenizer.clone(),
+            tools: parse_tools
+                .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
+        };
+        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
+    }
+    let (outs, usage) = collect(gen, state.cutoff()).await?;
+    let choices = outs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (content, tool_calls) = match parse_tools {
+                Some(f) => tool_calls::complete(f, &c.text),
+                None => (Some(c.text), None),
+            };
+            ChatChoice {
+                index: i as u32,
+                logprobs: want_logprobs
+                    .then(|| crate::logprobs::chat(&model.tokenizer, &c.token_ids, &c.logprobs)),
+                finish_reason: chat_finish_reason(c.finish, tool_calls.is_some()),
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content,
+                    refusal: None,
+                    tool_calls,
+                },
+            }
+        })
+        .collect();
+    Ok(Json(ChatCompletion {
+        id: head.id,
+        object: "chat.completion".into(),
+        created: head.created,
+        model: head.model,
+        system_fingerprint: head.fingerprint,
+        choices,
+        usage,
+    })
+    .into_response())
+}
+
+/// A chat request admitted and running on the engine.
+pub struct ChatStart {
+    pub gen: Generation,
+    pub model: Arc<ServingModel>,
+    pub hosted: Arc<HostedModel>,
+    /// The tool-call syntax to parse the output with, when tools may be called.
+    pub parse_tools: Option<ToolFormat>,
+    /// `top_logprobs` when logprobs were asked for.
+    pub logprobs: Option<u32>,
+}
+
+/// Checks `req`, renders its prompt, compiles its constraint and starts it on the model:
+/// everything a chat completion does before the first token. The Responses API runs its
+/// model rounds through here too.
+pub async fn start(
+    state: &AppState,
+    req: &ChatCompletionRequest,
+    ctx: &CallContext,
+) -> Result<ChatStart, ApiError> {
     let (lease, model, adapter) = state
-        .lease_generator(req.model.as_deref(), req.lora.as_deref(), &ctx)
+        .lease_generator(req.model.as_deref(), req.lora.as_deref(), ctx)
         .await?;
     let hosted = lease.hosted().clone();
     let format = structured::tool_format(&model);
@@ -102,59 +185,13 @@ pub async fn chat_completions(
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let gen = Generation::start(&model, lease, vec![engine_req], skip_special, permit)?;
 
-    let head = Head {
-        id: format!("chatcmpl-{}", rid.0),
-        created: unix_now(),
-        model: hosted.name.clone(),
-        fingerprint: hosted.fingerprint(),
-    };
-    let want_logprobs = logprobs.is_some();
-    if req.stream.unwrap_or(false) {
-        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let fmt = ChatFormat {
-            n_choices: gen.num_choices(),
-            head,
-            include_usage,
-            logprobs: want_logprobs,
-            tokenizer: model.tokenizer.clone(),
-            tools: parse_tools
-                .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
-        };
-        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
-    }
-    let (outs, usage) = collect(gen, state.cutoff()).await?;
-    let choices = outs
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let (content, tool_calls) = match parse_tools {
-                Some(f) => tool_calls::complete(f, &c.text),
-                None => (Some(c.text), None),
-            };
-            ChatChoice {
-                index: i as u32,
-                logprobs: want_logprobs
-                    .then(|| crate::logprobs::chat(&model.tokenizer, &c.token_ids, &c.logprobs)),
-                finish_reason: chat_finish_reason(c.finish, tool_calls.is_some()),
-                message: AssistantMessage {
-                    role: "assistant".into(),
-                    content,
-                    refusal: None,
-                    tool_calls,
-                },
-            }
-        })
-        .collect();
-    Ok(Json(ChatCompletion {
-        id: head.id,
-        object: "chat.completion".into(),
-        created: head.created,
-        model: head.model,
-        system_fingerprint: head.fingerprint,
-        choices,
-        usage,
+    Ok(ChatStart {
+        gen,
+        model,
+        hosted,
+        parse_tools,
+        logprobs,
     })
-    .into_response())
 }
 
 /// What every chunk of one response repeats.

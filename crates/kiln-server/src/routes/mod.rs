@@ -2,12 +2,14 @@
 //! endpoints share.
 
 pub mod admin;
+pub mod agents;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod responses;
 pub mod tokenize;
 pub mod workers_ai;
 pub mod workers_ai_encoders;

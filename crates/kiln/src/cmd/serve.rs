@@ -28,6 +28,8 @@ const DEFAULT_MODELS_MEMORY_SHARE: f64 = 0.8;
 /// The budget when available memory is unknown.
 const FALLBACK_MODELS_MEMORY: u64 = 8 << 30;
 const USAGE_DB_FILE: &str = "usage.sqlite3";
+/// The server's state directory in the Kiln home.
+const DATA_DIR: &str = "data";
 
 /// Arguments of `kiln serve`.
 #[derive(Debug, clap::Args)]
@@ -95,6 +97,16 @@ pub struct Args {
     /// [default: usage.sqlite3 in the Kiln home (model cache) directory]
     #[arg(long, value_name = "PATH", env = "KILN_USAGE_DB")]
     usage_db: Option<PathBuf>,
+
+    /// Directory of the server's state: stored responses (responses.sqlite3), kept
+    /// across restarts [default: data/ in the Kiln home directory]
+    #[arg(long, value_name = "DIR", env = "KILN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Responses one API key may keep stored (`store: true`); more get 400 until some
+    /// are deleted [default: 10000]
+    #[arg(long, value_name = "N")]
+    max_stored_responses: Option<u64>,
 
     /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
     /// [default: a quarter of available memory, at most 4GiB]
@@ -329,6 +341,15 @@ fn settings(
         .usage_db
         .or(file.usage_db)
         .unwrap_or_else(|| cache.root().join(USAGE_DB_FILE));
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir)
+        .unwrap_or_else(|| cache.root().join(DATA_DIR));
+    let mut responses = kiln_server::ResponseLimits::default();
+    if let Some(n) = args.max_stored_responses.or(file.max_stored_responses) {
+        anyhow::ensure!(n > 0, "--max-stored-responses must be at least 1");
+        responses.max_stored_per_key = n;
+    }
     for (spec, pin) in specs {
         models.push(crate::load::catalogue_source(&cache, spec, pin, &engine)?);
     }
@@ -338,6 +359,8 @@ fn settings(
         shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
         server,
         usage_db: Some(usage_db),
+        data_dir: Some(data_dir),
+        responses,
     };
     Ok((opts, models))
 }

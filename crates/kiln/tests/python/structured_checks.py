@@ -11,7 +11,6 @@ import concurrent.futures
 import json
 import re
 import sys
-import traceback
 import urllib.error
 import urllib.request
 from enum import Enum
@@ -19,23 +18,12 @@ from typing import List, Literal, Optional
 
 import jsonschema
 import openai
+from checklib import run_checks
 from pydantic import BaseModel
 
 BASE_URL, MODEL = sys.argv[1], sys.argv[2]
 ROOT = BASE_URL.rstrip("/").removesuffix("/v1")
 client = openai.OpenAI(base_url=BASE_URL, api_key="unused", max_retries=0, timeout=300)
-FAILED = []
-
-
-def check(name, fn):
-    """Runs one check; a failure is printed and counted, and the rest still run."""
-    try:
-        fn()
-    except Exception:
-        FAILED.append(name)
-        print(f"FAILED: {name}\n{traceback.format_exc()}", flush=True)
-        return
-    print(f"ok: {name}", flush=True)
 
 
 def user(text):
@@ -593,10 +581,4 @@ CHECKS = [
     ("workers ai", workers_ai),
     ("concurrency", concurrency),
 ]
-only = set(sys.argv[3:])
-for name, fn in CHECKS:
-    if not only or name in only:
-        check(name, fn)
-if FAILED:
-    sys.exit(f"{len(FAILED)} structured checks failed: {', '.join(FAILED)}")
-print("all structured checks passed" if not only else "selected structured checks passed")
+run_checks(CHECKS, set(sys.argv[3:]), "structured")

@@ -34,6 +34,54 @@ fn spawn(args: &[&str]) -> ServerProcess {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Runs `f` on a two-thread runtime (the tests' HTTP clients are async).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(f)
+}
+
+/// `method base+path` with `key` as bearer token and `body` as JSON, if given: the
+/// status and the JSON body (`null` when the body is not JSON).
+pub async fn call(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    key: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = client().request(method.clone(), format!("{base}{path}"));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// `POST base+path` with a JSON body and no key.
+pub async fn post(base: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    call(base, reqwest::Method::POST, path, None, Some(body)).await
+}
+
+/// `GET base+path` with no key.
+pub async fn get(base: &str, path: &str) -> (u16, serde_json::Value) {
+    call(base, reqwest::Method::GET, path, None, None).await
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(300))

@@ -1,6 +1,7 @@
 //! A Python virtual environment for the end-to-end tests that drive `kiln serve` from
-//! Python: the official `openai` SDK and `jsonschema`, installed with pip under Cargo's
-//! target directory on first use. If they can't be installed the test fails: it never
+//! Python: the official `openai` SDK, `jsonschema`, and the official `mcp` SDK with
+//! `uvicorn` (an MCP server fixture), installed with pip under Cargo's target directory
+//! on first use. If they can't be installed the test fails: it never
 //! skips.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// What the venv holds, beyond pip itself.
-const PACKAGES: &[&str] = &["openai", "jsonschema"];
+const PACKAGES: &[&str] = &["openai", "jsonschema", "mcp", "uvicorn"];
 
 /// Runs `cmd` to completion with its output captured; panics when it runs past `limit`.
 pub fn run(cmd: &mut Command, limit: Duration) -> Output {
@@ -100,17 +101,82 @@ pub fn venv_python() -> PathBuf {
 /// Runs `tests/python/<script> <base>/v1 <model>` in the venv (no OpenAI settings from
 /// the caller's environment leak in) and returns its output, whatever its status.
 pub fn run_script(script: &str, base_url: &str, model: &str, limit: Duration) -> Output {
+    run_script_with(script, base_url, model, &[], limit)
+}
+
+/// [`run_script`] with more arguments after the model.
+pub fn run_script_with(
+    script: &str,
+    base_url: &str,
+    model: &str,
+    args: &[&str],
+    limit: Duration,
+) -> Output {
     let python = venv_python();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
     run(
         Command::new(&python)
-            .arg(&script)
+            .arg(script_path(script))
             .arg(format!("{base_url}/v1"))
             .arg(model)
+            .args(args)
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL"),
         limit,
     )
+}
+
+/// `tests/python/<script>`.
+pub fn script_path(script: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script)
+}
+
+/// The MCP server fixture (`tests/python/mcp_server.py`) on a free port, requiring
+/// `Authorization: Bearer <token>`; killed when dropped.
+pub struct McpFixture {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl McpFixture {
+    pub fn start(token: &str) -> Self {
+        let python = venv_python();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("no free port: {e}"));
+        let child = Command::new(&python)
+            .arg(script_path("mcp_server.py"))
+            .arg(port.to_string())
+            .arg(token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the MCP fixture: {e}"));
+        let mut fixture = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = fixture.child.try_wait() {
+                panic!("the MCP fixture exited early: {status}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the MCP fixture did not listen within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        fixture
+    }
+}
+
+impl Drop for McpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -13,6 +13,7 @@
 //! api_keys = ["sk-local-1", { key = "sk-team-a", label = "team-a" }]
 //! admin_keys = ["sk-admin"]
 //! usage_db = "/var/lib/kiln/usage.sqlite3"
+//! data_dir = "/var/lib/kiln/data"
 //! kv_cache_memory = "2GiB"
 //! max_num_seqs = 64
 //! max_num_batched_tokens = 512
@@ -43,6 +44,8 @@ pub struct FileConfig {
     pub admin_keys: Option<Vec<String>>,
     pub metrics_keys: Option<Vec<String>>,
     pub usage_db: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub max_stored_responses: Option<u64>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
     pub kv_cache_dtype: Option<String>,
@@ -217,7 +220,7 @@ mod tests {
         let c: FileConfig = toml::from_str(
             "models = [\"a\", { name = \"b\", pin = true }, { name = \"c\" }]\n\
              api_keys = [\"k1\", { key = \"k2\", label = \"team\" }]\n\
-             admin_keys = [\"adm\"]\nmodels_memory = \"1GiB\"\nusage_db = \"u.db\"",
+             admin_keys = [\"adm\"]\nmodels_memory = \"1GiB\"\nusage_db = \"u.db\"\ndata_dir = \"d\"",
         )
         .expect("valid");
         let models = c.models.expect("models");
@@ -235,6 +238,7 @@ mod tests {
         );
         assert_eq!(c.models_memory, Some(Size(1 << 30)));
         assert_eq!(c.usage_db.as_deref(), Some(Path::new("u.db")));
+        assert_eq!(c.data_dir.as_deref(), Some(Path::new("d")));
         let bad = toml::from_str::<FileConfig>("models = [{ name = \"a\", pinned = true }]");
         assert!(bad.is_err(), "a misspelt model key is an error");
     }

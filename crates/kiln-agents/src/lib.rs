@@ -1,0 +1,19 @@
+//! Durable agents without HTTP, modelled on Durable-Object agents: each agent is
+//! addressed by its owner's API key and a name, and has its own SQLite file holding its
+//! settings, a state document, its conversation (stored responses, continued
+//! automatically) and its schedules.
+//!
+//! A live agent ([`live::Live`]) runs one turn at a time; it is closed when idle and
+//! opened again from its file on the next request. Schedules fire from one alarm loop
+//! ([`alarms`]) at least once, retried with backoff, and are re-armed after a restart.
+//! Turns stream to every open event stream of the agent as they happen.
+
+mod agents;
+pub mod alarms;
+mod db;
+pub mod error;
+pub mod live;
+pub mod schedule;
+
+pub use agents::{Agents, IDLE};
+pub use error::{AgentError, Result};

@@ -1,0 +1,92 @@
+//! The one thing this crate needs from the model: run a chat turn and stream it back.
+//!
+//! The server implements [`ChatRunner`] over its chat-completions pipeline (template,
+//! constraints, admission, engine), so a response's model rounds are exactly chat
+//! completions, and this crate never links the engine or knows HTTP. The runner's error
+//! is opaque here; the server downcasts it back to its own error to answer with the
+//! same status a chat request would get.
+
+use futures_util::future::BoxFuture;
+use kiln_api::chat::ChatCompletionRequest;
+use kiln_usage::Caller;
+use tokio::sync::mpsc;
+
+/// Starts chat turns. `start` returns once the request is admitted (so a bad request
+/// fails before anything is streamed); the events follow on the turn's channel.
+pub trait ChatRunner: Send + Sync + 'static {
+    fn start(
+        &self,
+        caller: &Caller,
+        request: ChatCompletionRequest,
+    ) -> BoxFuture<'static, Result<ChatTurn, GenError>>;
+}
+
+/// A running chat turn. Dropping it aborts the generation.
+pub struct ChatTurn {
+    /// The model's catalogue name (what the response reports).
+    pub model: String,
+    pub events: mpsc::Receiver<TurnEvent>,
+}
+
+/// What a turn produces, in order; the last is `Finished` or `Failed`.
+#[derive(Debug)]
+pub enum TurnEvent {
+    /// Assistant text outside tool calls.
+    Text(String),
+    /// The model began tool call `index` (0-based within the turn).
+    CallStart {
+        index: usize,
+        name: String,
+    },
+    /// More of call `index`'s JSON arguments.
+    CallArguments {
+        index: usize,
+        fragment: String,
+    },
+    Finished(Finish),
+    Failed(GenError),
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Finish {
+    /// Cut by the token limit (the response is `incomplete`).
+    pub length: bool,
+    pub usage: TurnUsage,
+}
+
+/// Tokens one turn consumed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TurnUsage {
+    pub prompt: u64,
+    pub cached: u64,
+    pub completion: u64,
+}
+
+impl TurnUsage {
+    pub fn add(&mut self, other: TurnUsage) {
+        self.prompt += other.prompt;
+        self.cached += other.cached;
+        self.completion += other.completion;
+    }
+}
+
+/// A failure of the chat runner: OpenAI's `code` and message for a stored response, and
+/// the runner's own error for its caller to map.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct GenError {
+    pub code: String,
+    pub message: String,
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl GenError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+}

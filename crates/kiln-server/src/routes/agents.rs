@@ -1,0 +1,138 @@
+//! Kiln's agents API, mapped onto [`kiln_agents`]: `PUT`/`GET`/`DELETE
+//! /v1/agents/{name}`, its turns (`POST .../responses`) and history (`GET
+//! .../responses`), its state (`GET`/`PUT .../state`), schedules (`POST`/`GET
+//! .../schedules`, `DELETE .../schedules/{id}`) and events (`GET .../events`, SSE).
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream;
+use kiln_api::agents::{AgentConfig, List, ScheduleRequest};
+use kiln_api::responses::CreateResponse;
+use kiln_responses::Created;
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::responses::sse;
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::lease::CallContext;
+use crate::state::AppState;
+use crate::stream::event_stream;
+
+pub async fn put(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+    ApiJson(config): ApiJson<AgentConfig>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.put(&ctx.caller, &name, config)?).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.get(&ctx.caller, &name)?).into_response())
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.delete(&ctx.caller, &name)?).into_response())
+}
+
+pub async fn respond(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+    ApiJson(req): ApiJson<CreateResponse>,
+) -> Result<Response, ApiError> {
+    let agents = state.agents()?.clone();
+    Ok(match agents.respond(&ctx.caller, &name, req).await? {
+        Created::Done(r) | Created::Background(r) => Json(r).into_response(),
+        Created::Streaming(events) => sse(events),
+    })
+}
+
+pub async fn history(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let data = state.agents()?.history(&ctx.caller, &name)?;
+    Ok(Json(List::new(data)).into_response())
+}
+
+pub async fn get_state(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.state(&ctx.caller, &name)?).into_response())
+}
+
+pub async fn put_state(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+    ApiJson(doc): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.put_state(&ctx.caller, &name, doc)?).into_response())
+}
+
+pub async fn add_schedule(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+    ApiJson(req): ApiJson<ScheduleRequest>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.add_schedule(&ctx.caller, &name, req)?).into_response())
+}
+
+pub async fn schedules(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let data = state.agents()?.schedules(&ctx.caller, &name)?;
+    Ok(Json(List::new(data)).into_response())
+}
+
+pub async fn delete_schedule(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.agents()?.delete_schedule(&ctx.caller, &name, &id)?).into_response())
+}
+
+/// The agent's events as SSE: `event: <type>` and `data: <json>`; a subscriber too slow
+/// to keep up is told how many it missed.
+pub async fn events(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let rx = state.agents()?.subscribe(&ctx.caller, &name)?;
+    let body = stream::unfold(rx, |mut rx| async move {
+        let frame = match rx.recv().await {
+            Ok(ev) => {
+                let kind = ev["type"].as_str().unwrap_or("message").to_string();
+                format!("event: {kind}\ndata: {ev}\n\n")
+            }
+            Err(RecvError::Lagged(n)) => {
+                format!("event: agent.events.lagged\ndata: {{\"type\":\"agent.events.lagged\",\"missed\":{n}}}\n\n")
+            }
+            Err(RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, Infallible>(Bytes::from(frame)), rx))
+    });
+    Ok(event_stream(Body::from_stream(body)))
+}

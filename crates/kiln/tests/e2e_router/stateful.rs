@@ -1,0 +1,118 @@
+//! State that lives on one node: each agent is placed by its name on the ring and
+//! every request for it reaches that node, and a key's stored responses (with their
+//! chains) stay on one node.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, String, Value) {
+    let mut req = client().request(method, url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    let status = resp.status().as_u16();
+    let node = resp
+        .headers()
+        .get("x-kiln-node")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = resp.text().await.expect("body");
+    (
+        status,
+        node,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn each_agent_lives_on_one_node_and_response_chains_hold() {
+    serially(async {
+        let data: Vec<_> = (0..3)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let fleet: Vec<_> = data
+            .iter()
+            .map(|d| {
+                let dir = d.path().to_string_lossy().to_string();
+                node(&[SMOLLM2], &["--data-dir", &dir])
+            })
+            .collect();
+        let mut args = vec!["--health-interval".to_string(), "0.5".into()];
+        for (i, n) in fleet.iter().enumerate() {
+            args.extend(["--node".into(), format!("{}@name=n{}", n.base_url(), i + 1)]);
+        }
+        let router = Router::start(&args).await;
+        let base = router.url();
+        let mut homes = BTreeSet::new();
+        for i in 0..8 {
+            let name = format!("agent-{i}");
+            let url = format!("{base}/v1/agents/{name}");
+            let (status, home, body) = send(
+                reqwest::Method::PUT,
+                &url,
+                Some(json!({"model": SMOLLM2, "max_output_tokens": 4})),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            for _ in 0..2 {
+                let (status, node, body) = send(
+                    reqwest::Method::PUT,
+                    &format!("{url}/state"),
+                    Some(json!({"i": i})),
+                )
+                .await;
+                assert_eq!((status, node.as_str()), (200, home.as_str()), "{body}");
+                let (status, node, body) = send(reqwest::Method::GET, &url, None).await;
+                assert_eq!((status, node.as_str()), (200, home.as_str()), "{body}");
+            }
+            // Only its home node has it.
+            let idx: usize = home.trim_start_matches('n').parse::<usize>().expect("node") - 1;
+            for (j, n) in fleet.iter().enumerate() {
+                let (status, _, _) = send(
+                    reqwest::Method::GET,
+                    &format!("{}/v1/agents/{name}", n.base_url()),
+                    None,
+                )
+                .await;
+                assert_eq!(
+                    status,
+                    if j == idx { 200 } else { 404 },
+                    "{name} on n{}",
+                    j + 1
+                );
+            }
+            homes.insert(home);
+        }
+        assert!(homes.len() > 1, "8 agents all on one node: {homes:?}");
+
+        // A conversation by previous_response_id works through the router.
+        let url = format!("{base}/v1/responses");
+        let (status, n1, first) = send(
+            reqwest::Method::POST,
+            &url,
+            Some(json!({"input": "Hello.", "max_output_tokens": 4})),
+        )
+        .await;
+        assert_eq!(status, 200, "{first}");
+        let (status, n2, next) = send(
+            reqwest::Method::POST,
+            &url,
+            Some(json!({"input": "Again.", "max_output_tokens": 4,
+                        "previous_response_id": first["id"]})),
+        )
+        .await;
+        assert_eq!((status, &n2), (200, &n1), "{next}");
+        let (status, _, got) = send(
+            reqwest::Method::GET,
+            &format!("{url}/{}", first["id"].as_str().unwrap_or("")),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{got}");
+    });
+}
