@@ -18,6 +18,9 @@ use crate::error::{AgentError, Result};
 use crate::live::Live;
 use crate::schedule;
 
+/// Agents one API key may have.
+pub const MAX_AGENTS_PER_KEY: usize = 1000;
+
 /// Agents unused this long are closed (their files stay).
 pub const IDLE: Duration = Duration::from_secs(300);
 
@@ -26,6 +29,8 @@ pub(crate) type Due = (u64, String, String, String);
 
 pub struct Agents {
     dir: PathBuf,
+    /// [`MAX_AGENTS_PER_KEY`], lowered by tests.
+    max_agents: usize,
     chat: Arc<dyn ChatRunner>,
     limits: Limits,
     live: Mutex<HashMap<(String, String), Arc<Live>>>,
@@ -38,6 +43,7 @@ impl Agents {
     pub fn new(dir: PathBuf, chat: Arc<dyn ChatRunner>, limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             dir,
+            max_agents: MAX_AGENTS_PER_KEY,
             chat,
             limits,
             live: Mutex::new(HashMap::new()),
@@ -95,6 +101,22 @@ impl Agents {
     pub fn put(&self, caller: &Caller, name: &str, config: AgentConfig) -> Result<Agent> {
         if config.model.is_empty() {
             return Err(AgentError::invalid("model", "an agent needs a `model`"));
+        }
+        check_name(name)?;
+        if !self.path(&caller.key_id, name).exists() {
+            let owned = std::fs::read_dir(self.dir.join(&caller.key_id))
+                .map(|d| {
+                    d.flatten()
+                        .filter(|f| f.path().extension().is_some_and(|e| e == "sqlite3"))
+                        .count()
+                })
+                .unwrap_or(0);
+            if owned >= self.max_agents {
+                return Err(AgentError::Limit(format!(
+                    "this API key has {owned} agents, at the limit of {}; delete some first",
+                    self.max_agents
+                )));
+            }
         }
         let live = self.open(&caller.key_id, name, true)?;
         let now = unix_now();
@@ -326,4 +348,62 @@ pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::future::BoxFuture;
+    use kiln_api::chat::ChatCompletionRequest;
+    use kiln_responses::{ChatTurn, GenError};
+
+    /// Never reached: these tests run no turns.
+    struct NoModel;
+
+    impl ChatRunner for NoModel {
+        fn start(
+            &self,
+            _: &Caller,
+            _: ChatCompletionRequest,
+        ) -> BoxFuture<'static, std::result::Result<ChatTurn, GenError>> {
+            Box::pin(async { Err(GenError::new("no_model", "no model in this test")) })
+        }
+    }
+
+    #[test]
+    fn a_key_may_have_only_so_many_agents_and_names_are_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut agents = Agents::new(
+            dir.path().to_path_buf(),
+            Arc::new(NoModel),
+            Limits::default(),
+        );
+        Arc::get_mut(&mut agents).expect("unshared").max_agents = 2;
+        let me = Caller::anonymous();
+        let config = || AgentConfig {
+            model: "m".into(),
+            ..AgentConfig::default()
+        };
+        agents.put(&me, "a", config()).expect("first");
+        agents.put(&me, "b", config()).expect("second");
+        agents
+            .put(&me, "a", config())
+            .expect("an update is not a new agent");
+        let e = agents.put(&me, "c", config()).expect_err("third");
+        assert!(matches!(e, AgentError::Limit(_)), "{e}");
+        let other = Caller {
+            key_id: "key_other".into(),
+            label: None,
+        };
+        agents
+            .put(&other, "c", config())
+            .expect("another key has its own count");
+        for bad in ["", "a/b", "..", "a.b", &"x".repeat(65)] {
+            let e = agents.put(&me, bad, config()).expect_err(bad);
+            assert!(
+                matches!(e, AgentError::Invalid { ref param, .. } if param == "name"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

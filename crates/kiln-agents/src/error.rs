@@ -16,6 +16,9 @@ pub enum AgentError {
         #[source]
         source: Box<kiln_db::DbError>,
     },
+    /// The key has as many agents as it may.
+    #[error("{0}")]
+    Limit(String),
     #[error(transparent)]
     Responses(#[from] kiln_responses::ResponsesError),
     #[error("stored agent data is unreadable: {0}")]

@@ -15,5 +15,5 @@ pub mod error;
 pub mod live;
 pub mod schedule;
 
-pub use agents::{Agents, IDLE};
+pub use agents::{Agents, IDLE, MAX_AGENTS_PER_KEY};
 pub use error::{AgentError, Result};

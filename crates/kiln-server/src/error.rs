@@ -281,6 +281,7 @@ impl From<kiln_agents::AgentError> for ApiError {
                 param: None,
             },
             e @ A::Unavailable { .. } => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+            A::Limit(message) => ApiError::StorageLimit(message),
             A::Responses(r) => ApiError::from(r),
             e => ApiError::Internal(without_paths(&e.to_string())),
         }
