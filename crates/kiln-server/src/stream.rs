@@ -8,11 +8,12 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream;
+use futures_util::{stream, Stream, StreamExt};
 use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_host::{ChoiceEvent, Generation};
@@ -129,6 +130,25 @@ pub fn sse<F: ChunkFormat>(
     event_stream(Body::from_stream(body))
 }
 
+/// How long a stateful event stream (a response's, an agent's) may stay silent before
+/// a comment keeps it open: a long MCP call or a quiet agent must not look like a dead
+/// connection to a proxy's idle timeout.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// `frames` as an SSE body that sends a `: keep-alive` comment after every
+/// [`KEEPALIVE`] without a frame (clients ignore comments).
+pub fn with_keepalive(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    stream::unfold(Box::pin(frames), |mut frames| async move {
+        match tokio::time::timeout(KEEPALIVE, frames.next()).await {
+            Ok(Some(frame)) => Some((Ok(frame), frames)),
+            Ok(None) => None,
+            Err(_) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), frames)),
+        }
+    })
+}
+
 /// `body` as a server-sent event stream.
 pub fn event_stream(body: Body) -> Response {
     let mut resp = body.into_response();
@@ -145,4 +165,26 @@ pub fn event_stream(body: Body) -> Response {
 
 fn frame(data: &str) -> Bytes {
     Bytes::from(format!("data: {data}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_is_kept_alive_and_ends_with_its_source() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let frames = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+        let mut body = Box::pin(with_keepalive(frames));
+        tx.send(Bytes::from_static(b"data: 1\n\n"))
+            .await
+            .expect("send");
+        let first = body.next().await.expect("frame").expect("ok");
+        assert_eq!(&first[..], b"data: 1\n\n");
+        // Nothing for longer than KEEPALIVE: a comment (the clock is paused and jumps).
+        let ping = body.next().await.expect("ping").expect("ok");
+        assert_eq!(&ping[..], b": keep-alive\n\n");
+        drop(tx);
+        assert!(body.next().await.is_none());
+    }
 }

@@ -239,10 +239,10 @@ fn a_schedule_fires_and_its_turn_streams_to_the_event_stream() {
             text.push_str(&String::from_utf8_lossy(&chunk));
             while let Some(i) = text.find("\n\n") {
                 let frame: String = text.drain(..i + 2).collect();
-                let data = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("data: "))
-                    .unwrap_or("");
+                // Comments (keep-alives) carry no data.
+                let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                    continue;
+                };
                 let ev: Value =
                     serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {frame}"));
                 kinds.push(ev["type"].as_str().unwrap_or("").to_string());

@@ -3,8 +3,6 @@
 //! .../responses`), its state (`GET`/`PUT .../state`), schedules (`POST`/`GET
 //! .../schedules`, `DELETE .../schedules/{id}`) and events (`GET .../events`, SSE).
 
-use std::convert::Infallible;
-
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -21,7 +19,7 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use crate::stream::event_stream;
+use crate::stream::{event_stream, with_keepalive};
 
 pub async fn put(
     State(state): State<AppState>,
@@ -113,8 +111,8 @@ pub async fn delete_schedule(
     Ok(Json(state.agents()?.delete_schedule(&ctx.caller, &name, &id)?).into_response())
 }
 
-/// The agent's events as SSE: `event: <type>` and `data: <json>`; a subscriber too slow
-/// to keep up is told how many it missed.
+/// The agent's events as SSE: `event: <type>` and `data: <json>`, a keep-alive comment
+/// when quiet; a subscriber too slow to keep up is told how many it missed.
 pub async fn events(
     State(state): State<AppState>,
     ctx: CallContext,
@@ -132,7 +130,7 @@ pub async fn events(
             }
             Err(RecvError::Closed) => return None,
         };
-        Some((Ok::<_, Infallible>(Bytes::from(frame)), rx))
+        Some((Bytes::from(frame), rx))
     });
-    Ok(event_stream(Body::from_stream(body)))
+    Ok(event_stream(Body::from_stream(with_keepalive(body))))
 }

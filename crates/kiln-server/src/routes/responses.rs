@@ -3,7 +3,6 @@
 //! /v1/responses/{id}/cancel`, mapped onto [`kiln_responses`].
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -17,7 +16,7 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use crate::stream::{event_stream, to_json};
+use crate::stream::{event_stream, to_json, with_keepalive};
 
 pub async fn create(
     State(state): State<AppState>,
@@ -87,10 +86,10 @@ pub async fn input_items(
 /// The events as OpenAI sends them: `event: <type>` and `data: <json>` per event. The
 /// body owns the stream, so a client that disconnects stops the response.
 pub fn sse(events: EventStream) -> Response {
-    let body = stream::unfold(events, |mut events| async move {
+    let frames = stream::unfold(events, |mut events| async move {
         let ev = events.next().await?;
         let frame = format!("event: {}\ndata: {}\n\n", ev.kind, to_json(&ev));
-        Some((Ok::<_, Infallible>(Bytes::from(frame)), events))
+        Some((Bytes::from(frame), events))
     });
-    event_stream(Body::from_stream(body))
+    event_stream(Body::from_stream(with_keepalive(frames)))
 }
