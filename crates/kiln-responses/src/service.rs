@@ -198,16 +198,20 @@ impl Responses {
                 Ok(r) => r,
                 Err(e) => turn::failed(turn.response.clone(), "generation_failed", &e.to_string()),
             };
+            // Under the lock `delete` takes, so a response deleted while it ran is not
+            // written back.
+            let mut running = this.lock_running();
+            if running.remove(&r.id).is_none() {
+                return;
+            }
             // Cut by the server's shutdown: left queued, so the next start runs it again.
-            let cut = r.error.as_ref().is_some_and(|e| e.code == SHUTDOWN_CODE);
-            if cut {
-                this.lock_running().remove(&r.id);
+            if r.error.as_ref().is_some_and(|e| e.code == SHUTDOWN_CODE) {
                 return;
             }
             if let Err(e) = this.save(&turn.caller, &req, &r, &turn.input) {
                 tracing::error!(id = %r.id, error = %e, "cannot store a background response");
             }
-            this.lock_running().remove(&r.id);
+            drop(running);
         });
     }
 
@@ -409,13 +413,19 @@ impl Responses {
             })
     }
 
-    /// Deletes `caller`'s response `id` (cancelling it first if it is running).
+    /// Deletes `caller`'s response `id` (cancelling it first if it is running; a run
+    /// deleted this way is never stored again).
     pub fn delete(&self, caller: &Caller, id: &str) -> Result<Deleted> {
         self.stored(caller, id)?;
-        if let Some(c) = self.lock_running().remove(id) {
+        // Held until the row is gone: a background run ending now finds its entry
+        // removed and stores nothing.
+        let mut running = self.lock_running();
+        if let Some(c) = running.remove(id) {
             c.cancel();
         }
-        if !self.store.delete(&caller.key_id, id)? {
+        let deleted = self.store.delete(&caller.key_id, id)?;
+        drop(running);
+        if !deleted {
             return Err(ResponsesError::NotFound {
                 id: id.to_string(),
                 param: None,

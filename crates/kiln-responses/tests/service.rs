@@ -48,6 +48,27 @@ impl ChatRunner for Scripted {
     }
 }
 
+/// Answers "hel" and then nothing, until the turn is dropped.
+struct Stalls;
+
+impl ChatRunner for Stalls {
+    fn start(
+        &self,
+        _: &Caller,
+        _: ChatCompletionRequest,
+    ) -> BoxFuture<'static, Result<ChatTurn, GenError>> {
+        Box::pin(async move {
+            let (tx, events) = tokio::sync::mpsc::channel(8);
+            let _ = tx.send(TurnEvent::Text("hel".into())).await;
+            tokio::spawn(async move { tx.closed().await });
+            Ok(ChatTurn {
+                model: "stalls".into(),
+                events,
+            })
+        })
+    }
+}
+
 fn service(limits: Limits) -> (Arc<Responses>, Arc<ResponseStore>) {
     let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
     (
@@ -226,4 +247,26 @@ async fn input_items_page_and_only_background_runs_cancel() {
         )
         .expect_err("limit 0");
     assert!(matches!(e, ResponsesError::Invalid { ref param, .. } if param == "limit"));
+}
+
+#[tokio::test]
+async fn a_background_run_deleted_while_running_stays_deleted() {
+    let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
+    let r = Responses::new(store.clone(), Arc::new(Stalls), Limits::default());
+    let mut background = req(json!("go"), None);
+    background.background = Some(true);
+    let queued = match r.create(caller("k"), background).await {
+        Ok(Created::Background(x)) => x,
+        _ => panic!("background"),
+    };
+    // Let the run start and stall mid-answer.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    r.delete(&caller("k"), &queued.id).expect("delete");
+    // The cancelled run ends; it must not write the response back.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(matches!(
+        r.get(&caller("k"), &queued.id),
+        Err(ResponsesError::NotFound { .. })
+    ));
+    assert_eq!(store.footprint("k").expect("footprint"), (0, 0));
 }
