@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kiln_api::agents::{Agent, AgentConfig, Schedule, ScheduleRequest};
 use kiln_api::responses::{CreateResponse, Response};
+use kiln_db::unix_now;
 use kiln_responses::{ChatRunner, Created, EventStream, Limits, Responses};
 use kiln_usage::Caller;
 use serde_json::{json, Value};
@@ -342,12 +343,6 @@ fn check_name(name: &str) -> Result<()> {
             "an agent name is 1 to 64 letters, digits, '-' or '_'",
         ))
     }
-}
-
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use kiln_responses::Created;
 use kiln_usage::Caller;
 use serde_json::json;
 
-use crate::agents::{unix_now, Agents};
+use kiln_db::unix_now;
+
+use crate::agents::Agents;
 use crate::db::AgentDb;
 use crate::schedule::{self, MAX_ATTEMPTS};
 

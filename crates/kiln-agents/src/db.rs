@@ -68,14 +68,7 @@ pub struct AgentDb {
 impl AgentDb {
     pub fn open(path: &Path) -> std::result::Result<Self, DbError> {
         let conn = kiln_db::open(path, &SCHEMA)?;
-        let responses = ResponseStore::open_as(path, &SCHEMA).map_err(|e| match e {
-            kiln_responses::ResponsesError::Db(d) => d,
-            other => DbError::sql(
-                SCHEMA.what,
-                path,
-                rusqlite::Error::InvalidParameterName(other.to_string()),
-            ),
-        })?;
+        let responses = ResponseStore::open_as(path, &SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),

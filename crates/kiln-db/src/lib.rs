@@ -4,7 +4,8 @@
 //! schema version that refuses files written by a newer Kiln.
 //!
 //! Usage totals, stored responses and each agent's file all open through [`open`], so
-//! they share one set of durability rules and one set of error messages.
+//! they share one set of durability rules and one set of error messages. A directory
+//! of databases one process owns is taken with [`lock_dir`].
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -147,6 +148,54 @@ fn init(conn: &Connection, path: &Path, schema: &Schema) -> Result<(), DbError> 
         .map_err(sql)
 }
 
+/// The lock file of a directory of databases.
+pub const LOCK_FILE: &str = "kiln.lock";
+
+/// Why a directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{} is in use by another process", .dir.display())]
+    InUse { dir: PathBuf },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Locks `dir` (created if needed) for this process, so no other process uses the
+/// databases in it at the same time; the lock lasts while the returned file is open,
+/// and the OS drops it if the process dies.
+pub fn lock_dir(dir: &Path) -> Result<std::fs::File, LockError> {
+    let path = dir.join(LOCK_FILE);
+    let io = |source| LockError::Io {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LockError::InUse {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
+/// Seconds since the Unix epoch, as rows record time (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Whether `e` is another connection holding the lock past the busy wait.
 pub fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -192,6 +241,16 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("test database"), "{err}");
+    }
+
+    #[test]
+    fn a_locked_directory_is_refused_until_its_lock_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = lock_dir(dir.path()).expect("first lock");
+        let err = lock_dir(dir.path()).expect_err("second lock");
+        assert!(matches!(err, LockError::InUse { .. }), "{err}");
+        drop(held);
+        lock_dir(dir.path()).expect("free again");
     }
 
     #[test]

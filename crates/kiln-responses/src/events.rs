@@ -5,7 +5,7 @@
 //! disconnected) is remembered, and the turn stops at its next event.
 
 use kiln_api::responses::{Item, Response, StreamEvent};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 pub struct Emitter {
@@ -68,10 +68,10 @@ impl Emitter {
 
     /// An `error` event (a stream cut short by the server).
     pub async fn error(&mut self, code: &str, message: &str) {
-        let mut fields = Map::new();
-        fields.insert("code".into(), json!(code));
-        fields.insert("message".into(), json!(message));
-        fields.insert("param".into(), Value::Null);
-        self.emit("error", Value::Object(fields)).await;
+        self.emit(
+            "error",
+            json!({"code": code, "message": message, "param": null}),
+        )
+        .await;
     }
 }

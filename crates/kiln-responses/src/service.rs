@@ -3,11 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kiln_api::responses::{
     CreateResponse, Deleted, Item, ItemList, Response, StreamEvent, TextConfig,
 };
+use kiln_db::unix_now;
 use kiln_mcp::McpSettings;
 use kiln_usage::Caller;
 use serde_json::{Map, Value};
@@ -530,10 +531,4 @@ fn check_metadata(m: &Map<String, Value>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -61,11 +61,11 @@ pub struct ResponseStore {
 impl ResponseStore {
     /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        Self::open_as(path, &SCHEMA)
+        Ok(Self::open_as(path, &SCHEMA)?)
     }
 
     /// Opens `path` with `schema`, whose batches must include [`TABLES`] (an agent's file).
-    pub fn open_as(path: &Path, schema: &Schema) -> Result<Self> {
+    pub fn open_as(path: &Path, schema: &Schema) -> Result<Self, DbError> {
         Ok(Self {
             conn: Mutex::new(kiln_db::open(path, schema)?),
             path: path.to_path_buf(),

@@ -245,6 +245,15 @@ impl From<kiln_engine::Error> for ApiError {
     }
 }
 
+impl From<kiln_db::LockError> for Error {
+    fn from(e: kiln_db::LockError) -> Self {
+        match e {
+            kiln_db::LockError::InUse { dir } => Error::DataDirInUse { dir },
+            kiln_db::LockError::Io { path, source } => Error::DataDir { path, source },
+        }
+    }
+}
+
 impl From<kiln_responses::ResponsesError> for ApiError {
     fn from(e: kiln_responses::ResponsesError) -> Self {
         use kiln_responses::ResponsesError as R;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use futures_util::future::BoxFuture;
 use kiln_agents::Agents;
 use kiln_api::chat::ChatCompletionRequest;
+use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
 use kiln_http::OpenAiError;
@@ -21,17 +22,18 @@ use crate::error::ApiError;
 use crate::lease::CallContext;
 use crate::routes::chat::{self, ChatStart};
 use crate::state::{AppState, Inner};
-use crate::tool_calls::{Piece, ToolStream};
 
 /// Runs chat turns on the server's models. Holds the state weakly: the state owns the
 /// Responses service, which owns this.
 pub struct ServerChat(Weak<Inner>);
 
-/// Serves the Responses API on `state` from `store` (call before serving); false if
-/// it already was.
-pub fn enable_responses(state: &AppState, store: ResponseStore, limits: Limits) -> bool {
+/// Serves the Responses API on `state` from `store` (call before serving, once; a
+/// later call changes nothing): the service.
+pub fn enable_responses(state: &AppState, store: ResponseStore, limits: Limits) -> Arc<Responses> {
     let chat = Arc::new(ServerChat(state.downgrade()));
-    state.set_responses(Responses::new(Arc::new(store), chat, limits))
+    let responses = Responses::new(Arc::new(store), chat, limits);
+    state.set_responses(responses.clone());
+    responses
 }
 
 /// Serves agents on `state` from files under `dir` and starts their alarms (call on
@@ -76,14 +78,16 @@ pub fn gen_error(e: ApiError) -> GenError {
 }
 
 /// Forwards the generation's text and tool calls until it ends, the receiver goes away
-/// (dropping the generation aborts it) or the shutdown deadline passes.
+/// (dropping the generation aborts it) or the shutdown deadline passes. Tool calls
+/// come from `kiln-constrain`'s parser, whose events are already the turn's shape.
 async fn pump(started: ChatStart, state: AppState, tx: mpsc::Sender<TurnEvent>) {
     let ChatStart {
         mut gen,
         parse_tools,
         ..
     } = started;
-    let mut tools = parse_tools.map(ToolStream::new);
+    let mut parser = parse_tools.map(ToolCallParser::new);
+    let mut parsed = Vec::new();
     let mut cutoff = state.cutoff();
     loop {
         let ev = tokio::select! {
@@ -94,19 +98,24 @@ async fn pump(started: ChatStart, state: AppState, tx: mpsc::Sender<TurnEvent>) 
             }
         };
         let Some(ev) = ev else { return };
-        let (pieces, end) = match ev.event {
-            TextEvent::Delta { text, .. } => match tools.as_mut() {
-                Some(ts) => (ts.push(&text), None),
-                None => (vec![Piece::Content(text)], None),
-            },
+        let end = match ev.event {
+            TextEvent::Delta { text, .. } => {
+                match parser.as_mut() {
+                    Some(p) => p.push(&text, &mut parsed),
+                    None => parsed.push(ToolEvent::Text(text)),
+                }
+                None
+            }
             TextEvent::Finished { reason, .. } => {
-                let rest = tools.as_mut().map(ToolStream::finish).unwrap_or_default();
-                (rest, Some(reason))
+                if let Some(p) = parser.as_mut() {
+                    p.finish(&mut parsed);
+                }
+                Some(reason)
             }
             TextEvent::Started { .. } | TextEvent::PromptLogprob { .. } => continue,
         };
-        for p in pieces {
-            if tx.send(piece_event(p)).await.is_err() {
+        for ev in parsed.drain(..).filter_map(turn_event) {
+            if tx.send(ev).await.is_err() {
                 return;
             }
         }
@@ -132,18 +141,14 @@ async fn pump(started: ChatStart, state: AppState, tx: mpsc::Sender<TurnEvent>) 
     }
 }
 
-fn piece_event(p: Piece) -> TurnEvent {
-    match p {
-        Piece::Content(text) => TurnEvent::Text(text),
-        Piece::Call(call) => {
-            let index = call.index as usize;
-            match (call.function.name, call.function.arguments) {
-                (Some(name), _) => TurnEvent::CallStart { index, name },
-                (None, args) => TurnEvent::CallArguments {
-                    index,
-                    fragment: args.unwrap_or_default(),
-                },
-            }
+/// The turn's event for a parser event; empty pieces and call ends carry nothing.
+fn turn_event(ev: ToolEvent) -> Option<TurnEvent> {
+    match ev {
+        ToolEvent::Text(text) if !text.is_empty() => Some(TurnEvent::Text(text)),
+        ToolEvent::CallStart { index, name } => Some(TurnEvent::CallStart { index, name }),
+        ToolEvent::Arguments { index, fragment } if !fragment.is_empty() => {
+            Some(TurnEvent::CallArguments { index, fragment })
         }
+        _ => None,
     }
 }

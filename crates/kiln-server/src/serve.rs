@@ -49,8 +49,6 @@ pub struct ServeOptions {
 
 /// The response store's file in the data directory.
 pub const RESPONSES_FILE: &str = "responses.sqlite3";
-/// Held locked by the server that uses a data directory.
-pub const LOCK_FILE: &str = "kiln.lock";
 /// The agents' directory (one file per agent) in the data directory.
 pub const AGENTS_DIR: &str = "agents";
 
@@ -71,7 +69,8 @@ pub async fn run(
 
 /// The Responses API (stored under the data directory, or in memory without one) and
 /// the agents (only with a data directory); background responses a restart cut short
-/// are started again.
+/// are started again. The directory is locked for this process: two servers on one
+/// directory would run each other's schedules and resume each other's responses.
 fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs::File>> {
     let Some(dir) = &opts.data_dir else {
         enable_responses(
@@ -81,43 +80,15 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
         );
         return Ok(None);
     };
-    let lock = lock_data_dir(dir)?;
+    let lock = kiln_db::lock_dir(dir)?;
     let path = dir.join(RESPONSES_FILE);
-    enable_responses(state, ResponseStore::open(&path)?, opts.responses.clone());
-    let resumed = match state.responses() {
-        Ok(r) => r.resume()?,
-        Err(_) => 0,
-    };
+    let resumed =
+        enable_responses(state, ResponseStore::open(&path)?, opts.responses.clone()).resume()?;
     tracing::info!(path = %path.display(), resumed, "storing responses");
     let agents = dir.join(AGENTS_DIR);
     let armed = enable_agents(state, agents.clone(), opts.responses.clone()).unwrap_or(0);
     tracing::info!(path = %agents.display(), armed, "agents");
     Ok(Some(lock))
-}
-
-/// Takes the data directory for this process: two servers on one directory would run
-/// each other's schedules and resume each other's responses. The lock lasts as long
-/// as the returned file is open (the OS drops it if the process dies).
-fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
-    let path = dir.join(LOCK_FILE);
-    let io = |source| Error::DataDir {
-        path: path.clone(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io)?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::DataDirInUse {
-            dir: dir.to_path_buf(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
-    }
 }
 
 /// Like [`run`] on a listener the caller bound.

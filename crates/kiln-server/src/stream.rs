@@ -163,6 +163,12 @@ pub fn event_stream(body: Body) -> Response {
     resp
 }
 
+/// One named event: `event: <kind>` and `data: <data>` (the Responses API's and the
+/// agents' streams; chat's events are unnamed).
+pub fn named_event(kind: &str, data: &str) -> Bytes {
+    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+}
+
 fn frame(data: &str) -> Bytes {
     Bytes::from(format!("data: {data}\n\n"))
 }

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_db::{to_i64, to_u64, DbError, Schema};
 use rusqlite::{params, Connection};
@@ -105,7 +104,7 @@ impl UsageStore {
 
     /// Adds `records` to the totals in one transaction: all or none.
     pub fn add(&mut self, records: &[UsageRecord]) -> Result<()> {
-        let now = unix_now();
+        let now = to_i64(kiln_db::unix_now());
         let path = self.path.clone();
         let sql = |source| Error::from(DbError::sql(SCHEMA.what, &path, source));
         let tx = self.conn.transaction().map_err(sql)?;
@@ -190,10 +189,4 @@ pub(crate) fn aggregate(
             into.push(r);
         }
     }
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -3,7 +3,7 @@
 //! .../responses`), its state (`GET`/`PUT .../state`), schedules (`POST`/`GET
 //! .../schedules`, `DELETE .../schedules/{id}`) and events (`GET .../events`, SSE).
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,7 +11,7 @@ use futures_util::stream;
 use kiln_api::agents::{AgentConfig, List, ScheduleRequest};
 use kiln_api::responses::CreateResponse;
 use kiln_responses::Created;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::responses::sse;
@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use crate::stream::{event_stream, with_keepalive};
+use crate::stream::{event_stream, named_event, with_keepalive};
 
 pub async fn put(
     State(state): State<AppState>,
@@ -120,17 +120,13 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let rx = state.agents()?.subscribe(&ctx.caller, &name)?;
     let body = stream::unfold(rx, |mut rx| async move {
-        let frame = match rx.recv().await {
-            Ok(ev) => {
-                let kind = ev["type"].as_str().unwrap_or("message").to_string();
-                format!("event: {kind}\ndata: {ev}\n\n")
-            }
-            Err(RecvError::Lagged(n)) => {
-                format!("event: agent.events.lagged\ndata: {{\"type\":\"agent.events.lagged\",\"missed\":{n}}}\n\n")
-            }
+        let ev = match rx.recv().await {
+            Ok(ev) => ev,
+            Err(RecvError::Lagged(n)) => json!({"type": "agent.events.lagged", "missed": n}),
             Err(RecvError::Closed) => return None,
         };
-        Some((Bytes::from(frame), rx))
+        let kind = ev["type"].as_str().unwrap_or("message");
+        Some((named_event(kind, &ev.to_string()), rx))
     });
     Ok(event_stream(Body::from_stream(with_keepalive(body))))
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
 use crate::state::AppState;
-use crate::stream::{event_stream, to_json, with_keepalive};
+use crate::stream::{event_stream, named_event, to_json, with_keepalive};
 
 pub async fn create(
     State(state): State<AppState>,
@@ -88,8 +88,7 @@ pub async fn input_items(
 pub fn sse(events: EventStream) -> Response {
     let frames = stream::unfold(events, |mut events| async move {
         let ev = events.next().await?;
-        let frame = format!("event: {}\ndata: {}\n\n", ev.kind, to_json(&ev));
-        Some((Bytes::from(frame), events))
+        Some((named_event(&ev.kind, &to_json(&ev)), events))
     });
     event_stream(Body::from_stream(with_keepalive(frames)))
 }
