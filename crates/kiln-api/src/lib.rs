@@ -1,7 +1,8 @@
 //! Kiln's HTTP wire types: the OpenAI-compatible requests and responses of
 //! `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models`, their
 //! stream chunks, structured output and tools (`structured`), vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
-//! `/ai/run/{model}`, OpenAI's Responses API (`responses`) and its error body.
+//! `/ai/run/{model}`, OpenAI's Responses API (`responses`), Files (`files`) and Batch API (`batches`, with
+//! Workers AI's queued requests) and its error body.
 //!
 //! Only serde: the server, the router and the benchmark client share these types, and
 //! the engine never sees them. Requests accept `null` wherever OpenAI does and ignore
@@ -9,11 +10,13 @@
 //! values of the wrong type are rejected by serde, and the server reports the field.
 
 pub mod agents;
+pub mod batches;
 pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod embeddings;
 pub mod error;
+pub mod files;
 pub mod models;
 pub mod responses;
 pub mod structured;

@@ -41,6 +41,7 @@ fn main() {
             kv_dtype: KvDtype::F16,
             max_num_batched_tokens: 512,
             max_num_seqs: c.max(1),
+            background_step_tokens: 16,
             max_model_len: PROMPT + NEW_TOKENS,
             enable_prefix_caching: false,
         };

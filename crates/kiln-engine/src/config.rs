@@ -13,6 +13,10 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Sequences running at once.
     pub max_num_seqs: usize,
+    /// Tokens per step for background sequences (positive priority) while interactive
+    /// ones are about: keeps steps short, so an interactive request waits little for
+    /// the step in flight (see the scheduler).
+    pub background_step_tokens: usize,
     /// Longest sequence (prompt plus output).
     pub max_model_len: usize,
     pub enable_prefix_caching: bool,

@@ -25,6 +25,8 @@ pub struct ServingOptions {
     pub block_size: usize,
     pub max_num_batched_tokens: usize,
     pub max_num_seqs: usize,
+    /// Tokens per step for background sequences while interactive ones are about.
+    pub background_step_tokens: usize,
     /// Default: the model's context length, capped to what the KV cache can hold.
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
@@ -39,6 +41,7 @@ impl ServingOptions {
             block_size: 16,
             max_num_batched_tokens: 512,
             max_num_seqs: 64,
+            background_step_tokens: 8,
             max_model_len: None,
             enable_prefix_caching: true,
             load: LoadOptions::detect(),
@@ -126,6 +129,7 @@ impl ServingModel {
             kv_dtype: opts.kv_dtype,
             max_num_batched_tokens: opts.max_num_batched_tokens,
             max_num_seqs: opts.max_num_seqs,
+            background_step_tokens: opts.background_step_tokens,
             max_model_len,
             enable_prefix_caching: opts.enable_prefix_caching,
         };

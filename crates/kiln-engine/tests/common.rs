@@ -25,6 +25,7 @@ pub fn config_with(num_kv_blocks: usize, max_model_len: usize) -> EngineConfig {
         kv_dtype: KvDtype::F16,
         max_num_batched_tokens: 256,
         max_num_seqs: 64,
+        background_step_tokens: 16,
         max_model_len,
         enable_prefix_caching: true,
     }

@@ -37,6 +37,10 @@ pub fn app(state: RouterState) -> Router {
         .route("/ai/run/{*model}", post(forward_ai_run))
         .route("/v1/responses", post(forward_responses))
         .route("/v1/responses/{*rest}", any(forward_responses))
+        .route("/v1/files", any(forward_files))
+        .route("/v1/files/{*rest}", any(forward_files))
+        .route("/v1/batches", any(forward_batches))
+        .route("/v1/batches/{*rest}", any(forward_batches))
         .route("/v1/agents/{name}", any(forward_agent))
         .route("/v1/agents/{name}/{*rest}", any(forward_agent))
         .route("/v1/models", get(list_models))
@@ -76,12 +80,19 @@ async fn forward(State(state): State<RouterState>, req: Request) -> Response {
     }
 }
 
+/// `/ai/run/{model}`: by model, or, queued (`?queueRequest=true`), to the node that
+/// keeps the caller's queued requests.
 async fn forward_ai_run(
     State(state): State<RouterState>,
     Path(model): Path<String>,
     req: Request,
 ) -> Response {
+    let queued = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "queueRequest=true"));
     match inbound(&state, req, Some(model)).await {
+        Ok(inbound) if queued => to_caller_node(&state, inbound, "queued requests").await,
         Ok(inbound) => proxy::route(&state, inbound).await,
         Err(e) => e.into_response(),
     }
@@ -89,19 +100,29 @@ async fn forward_ai_run(
 
 /// The Responses API: to the node that keeps the caller's stored responses.
 async fn forward_responses(State(state): State<RouterState>, req: Request) -> Response {
-    match inbound(&state, req, None).await {
-        Ok(inbound) => {
-            let key = pinned::responses_key(&inbound);
-            pinned::route(
-                &state,
-                inbound,
-                &key,
-                "this API key's stored responses".into(),
-            )
-            .await
-        }
+    pinned_to_caller(&state, req, "stored responses").await
+}
+
+/// The Files API: to the node that keeps the caller's files (and runs its batches).
+async fn forward_files(State(state): State<RouterState>, req: Request) -> Response {
+    pinned_to_caller(&state, req, "files").await
+}
+
+/// The Batch API: to the node that keeps the caller's files and batches.
+async fn forward_batches(State(state): State<RouterState>, req: Request) -> Response {
+    pinned_to_caller(&state, req, "batches").await
+}
+
+async fn pinned_to_caller(state: &RouterState, req: Request, what: &str) -> Response {
+    match inbound(state, req, None).await {
+        Ok(inbound) => to_caller_node(state, inbound, what).await,
         Err(e) => e.into_response(),
     }
+}
+
+async fn to_caller_node(state: &RouterState, inbound: Inbound, what: &str) -> Response {
+    let key = pinned::caller_key(&inbound);
+    pinned::route(state, inbound, &key, format!("this API key's {what}")).await
 }
 
 /// An agent's requests: to the node the agent lives on, by its name.

@@ -1,6 +1,7 @@
-//! Requests whose state lives on one node: an agent (placed by its name) and the
-//! Responses API (placed by the caller's API key, so a key's stored responses and
-//! their chains are on one node). Such a request goes to its owner node on the ring
+//! Requests whose state lives on one node: an agent (placed by its name), and the
+//! Responses, Files and Batch APIs and queued Workers AI requests (placed by the
+//! caller's API key, so a key's stored responses and their chains, its files and the
+//! batches that read them are on one node). Such a request goes to its owner node on the ring
 //! and nowhere else: retrying on another node would find no state, or split it.
 
 use std::time::Instant;
@@ -18,8 +19,9 @@ pub fn agent_key(name: &str) -> String {
     format!("agent:{name}")
 }
 
-/// The ring key of `req`'s stored responses: its API key, hashed (or `anonymous`).
-pub fn responses_key(req: &Inbound) -> String {
+/// The ring key of the state `req`'s API key keeps (stored responses, files,
+/// batches): the key, hashed (or `anonymous`).
+pub fn caller_key(req: &Inbound) -> String {
     let token = req
         .headers
         .get(AUTHORIZATION)
@@ -27,8 +29,8 @@ pub fn responses_key(req: &Inbound) -> String {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match token {
-        Some(t) => format!("responses:{:016x}", hash_str(t)),
-        None => "responses:anonymous".into(),
+        Some(t) => format!("caller:{:016x}", hash_str(t)),
+        None => "caller:anonymous".into(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The router: which path goes where, and the layers around them.
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::Method;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
 use axum::Router;
@@ -8,8 +9,8 @@ use kiln_http::body_deadline;
 
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
 use crate::routes::{
-    admin, agents, chat, completions, embeddings, health, metrics, models, responses, tokenize,
-    workers_ai,
+    admin, agents, batches, chat, completions, embeddings, files, health, metrics, models,
+    responses, tokenize, workers_ai,
 };
 use crate::state::AppState;
 
@@ -21,6 +22,9 @@ use crate::state::AppState;
 /// configured; `/health` is always open. Every request's body must arrive within the
 /// body timeout, and the CORS policy, when there is one, wraps everything.
 pub fn app(state: AppState) -> Router {
+    // An upload may be as large as the file store takes, and gets its own deadline.
+    let upload_limit = state.files().map_or(0, |f| f.limits().max_file_bytes);
+    let upload_limit = usize::try_from(upload_limit.saturating_add(1 << 20)).unwrap_or(usize::MAX);
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
@@ -56,6 +60,17 @@ pub fn app(state: AppState) -> Router {
             axum::routing::delete(agents::delete_schedule),
         )
         .route("/v1/agents/{name}/events", get(agents::events))
+        .route(
+            "/v1/files",
+            get(files::list)
+                .post(files::upload)
+                .layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::content))
+        .route("/v1/batches", get(batches::list).post(batches::create))
+        .route("/v1/batches/{id}", get(batches::retrieve))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*model}", get(models::retrieve))
         .route("/tokenize", post(tokenize::tokenize))
@@ -81,7 +96,11 @@ pub fn app(state: AppState) -> Router {
         ));
     let health = Router::new().route("/health", get(health::health));
     let config = state.config();
-    let (limit, timeout) = (config.body_limit, config.body_timeout);
+    let (limit, timeout, upload_timeout) = (
+        config.body_limit,
+        config.body_timeout,
+        config.upload_timeout,
+    );
     let cors = config.cors.clone();
     let app = api
         .merge(admin)
@@ -91,7 +110,25 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn(request_context))
-        .layer(from_fn(move |req, next| body_deadline(timeout, req, next)))
+        .layer(from_fn(move |req: axum::extract::Request, next| {
+            let uploading = req.method() == Method::POST && req.uri().path() == "/v1/files";
+            body_deadline(if uploading { upload_timeout } else { timeout }, req, next)
+        }))
         .with_state(state);
     cors.apply(app)
+}
+
+/// The endpoints a batch line may run on, for `batch_runner`'s internal requests: no
+/// auth (the batch's caller is in the request), no body limit (lines come from a
+/// stored file), never bound to a socket.
+pub fn batch_routes(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/ai/run/{*model}", post(workers_ai::run))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::disable())
+        .layer(from_fn(request_context))
+        .with_state(state)
 }

@@ -280,6 +280,45 @@ impl From<kiln_responses::ResponsesError> for ApiError {
     }
 }
 
+impl From<kiln_batch::BatchError> for ApiError {
+    fn from(e: kiln_batch::BatchError) -> Self {
+        use kiln_batch::BatchError as B;
+        match e {
+            B::Invalid { param, message } => ApiError::invalid(param, message),
+            e @ B::NotFound { .. } => ApiError::NotFound {
+                message: e.to_string(),
+                param: None,
+            },
+            e @ B::NotCancellable { .. } => ApiError::InvalidRequest {
+                param: None,
+                message: e.to_string(),
+            },
+            e @ B::TooManyActive { .. } => ApiError::StorageLimit(e.to_string()),
+            B::Files(f) => ApiError::from(f),
+            e @ B::Db(_) => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+            e => ApiError::Internal(without_paths(&e.to_string())),
+        }
+    }
+}
+
+impl From<kiln_files::FileError> for ApiError {
+    fn from(e: kiln_files::FileError) -> Self {
+        use kiln_files::FileError as F;
+        match e {
+            F::TooLarge { limit } => ApiError::PayloadTooLarge {
+                limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            },
+            e @ F::OwnerFull { .. } => ApiError::StorageLimit(e.to_string()),
+            e @ F::InvalidName(_) => ApiError::invalid("file", e.to_string()),
+            e @ (F::InvalidId(_) | F::IdTaken(_)) => ApiError::NotFound {
+                message: e.to_string(),
+                param: None,
+            },
+            e => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+        }
+    }
+}
+
 impl From<kiln_agents::AgentError> for ApiError {
     fn from(e: kiln_agents::AgentError) -> Self {
         use kiln_agents::AgentError as A;
@@ -410,6 +449,10 @@ pub enum Error {
     Usage(#[from] kiln_usage::Error),
     #[error("response store: {0}")]
     Responses(#[from] kiln_responses::ResponsesError),
+    #[error("batch store: {0}")]
+    Batches(#[from] kiln_batch::BatchError),
+    #[error("file store: {0}")]
+    Files(#[from] kiln_files::FileError),
     #[error("data directory {}: {source}", .path.display())]
     DataDir {
         path: std::path::PathBuf,

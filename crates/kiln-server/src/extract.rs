@@ -134,6 +134,30 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
+/// Query parameter `name` as a number in `range`, if given (a 400 naming it otherwise).
+/// Routes read their queries as string maps, so no query string fails outside OpenAI's
+/// error shape.
+pub fn query_number(
+    q: &std::collections::HashMap<String, String>,
+    name: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<Option<usize>, ApiError> {
+    let Some(v) = q.get(name) else {
+        return Ok(None);
+    };
+    match v.parse::<usize>() {
+        Ok(n) if range.contains(&n) => Ok(Some(n)),
+        _ => Err(ApiError::invalid(
+            name,
+            format!(
+                "`{name}` must be an integer from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,12 +40,34 @@ impl Warmth {
     }
 }
 
+/// Whom a request serves: a client waiting on it, or a batch draining in the background.
+/// Only the batch runner's internal requests carry `Batch` (clients can't set request
+/// extensions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RequestClass {
+    #[default]
+    Interactive,
+    Batch,
+}
+
+impl RequestClass {
+    /// The engine priority (lower runs first): batch lines yield to interactive
+    /// requests for slots, KV blocks and prompt tokens.
+    pub fn priority(self) -> i32 {
+        match self {
+            Self::Interactive => 0,
+            Self::Batch => 10,
+        }
+    }
+}
+
 /// What a handler needs to take a lease, read from the request's extensions (put there
-/// by the auth and request-context middleware).
+/// by the auth and request-context middleware, or by the batch runner).
 #[derive(Debug, Clone)]
 pub struct CallContext {
     pub caller: Caller,
     pub warmth: Warmth,
+    pub class: RequestClass,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for CallContext {
@@ -63,13 +85,18 @@ impl<S: Send + Sync> FromRequestParts<S> for CallContext {
                 .get::<Warmth>()
                 .cloned()
                 .unwrap_or_default(),
+            class: parts
+                .extensions
+                .get::<RequestClass>()
+                .copied()
+                .unwrap_or_default(),
         })
     }
 }
 
 /// The usage sink of a request by `caller`: its tokens and neurons go to `meter` under
-/// the caller's key and the model's name.
-pub fn usage_sink(meter: Arc<Meter>, caller: Caller) -> UsageSink {
+/// the caller's key and the model's name, as batch usage for a batch line.
+pub fn usage_sink(meter: Arc<Meter>, caller: Caller, class: RequestClass) -> UsageSink {
     Box::new(move |lease: &Lease, usage: TokenUsage| {
         meter.record(UsageRecord {
             key_id: caller.key_id,
@@ -85,6 +112,7 @@ pub fn usage_sink(meter: Arc<Meter>, caller: Caller) -> UsageSink {
                 usage.cached,
                 usage.completion,
             ),
+            batch: class == RequestClass::Batch,
         });
     })
 }

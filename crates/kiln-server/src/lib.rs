@@ -24,6 +24,7 @@
 
 mod app;
 mod auth;
+mod batch_runner;
 pub mod cutoff;
 pub mod encoder;
 pub mod error;

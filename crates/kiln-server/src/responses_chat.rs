@@ -54,6 +54,7 @@ impl ChatRunner for ServerChat {
         let ctx = CallContext {
             caller: caller.clone(),
             warmth: Default::default(),
+            class: Default::default(),
         };
         Box::pin(async move {
             let state = state.ok_or_else(|| gen_error(ApiError::ShuttingDown))?;

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::app;
+use crate::batch_runner::enable_batches;
 use crate::error::{Error, Result};
 use crate::responses_chat::{enable_agents, enable_responses};
 use crate::state::{AppState, ServerConfig};
@@ -45,6 +46,10 @@ pub struct ServeOptions {
     pub data_dir: Option<PathBuf>,
     /// Per-key storage caps and per-response bounds of the Responses API.
     pub responses: Limits,
+    /// Size caps of uploaded files.
+    pub files: kiln_files::Limits,
+    /// Batch lines in flight and batch sizes.
+    pub batches: kiln_batch::Limits,
 }
 
 /// The response store's file in the data directory.
@@ -67,9 +72,9 @@ pub async fn run(
     serve(listener, opts, models, shutdown).await
 }
 
-/// The Responses API (stored under the data directory, or in memory without one) and
-/// the agents (only with a data directory); background responses a restart cut short
-/// are started again. The directory is locked for this process: two servers on one
+/// The Responses API (stored under the data directory, or in memory without one), the
+/// agents, files and batches (only with a data directory); background responses and
+/// batches a restart cut short are started again. The directory is locked for this process: two servers on one
 /// directory would run each other's schedules and resume each other's responses.
 fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs::File>> {
     let Some(dir) = &opts.data_dir else {
@@ -88,6 +93,8 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
     let agents = dir.join(AGENTS_DIR);
     let armed = enable_agents(state, agents.clone(), opts.responses.clone()).unwrap_or(0);
     tracing::info!(path = %agents.display(), armed, "agents");
+    let resumed = enable_batches(state, dir, opts.files, opts.batches.clone())?;
+    tracing::info!(resumed, "files and batches");
     Ok(Some(lock))
 }
 

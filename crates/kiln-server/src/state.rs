@@ -6,7 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_agents::Agents;
+use kiln_batch::Batches;
 use kiln_engine::ServingModel;
+use kiln_files::FileStore;
 use kiln_host::{
     AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
 };
@@ -73,6 +75,8 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// Time a request's body may take to arrive, from its head (408 past it).
     pub body_timeout: Duration,
+    /// The same for a file upload (`POST /v1/files`), which may be large.
+    pub upload_timeout: Duration,
     /// Browser origins allowed to call the API (CORS); none by default.
     pub cors: CorsPolicy,
     /// Bytes all loaded models may take together (weights file plus KV cache);
@@ -91,6 +95,7 @@ impl Default for ServerConfig {
             max_queued: 1024,
             body_limit: 4 << 20,
             body_timeout: ConnectionLimits::DEFAULT_BODY_TIMEOUT,
+            upload_timeout: Duration::from_secs(600),
             cors: CorsPolicy::default(),
             models_memory: None,
             lora: LoraConfig::default(),
@@ -111,6 +116,8 @@ pub(crate) struct Inner {
     responses: OnceLock<Arc<Responses>>,
     /// Agents, once `responses_chat::enable_agents` gave them a directory.
     agents: OnceLock<Arc<Agents>>,
+    /// Files and batches, once `batch_runner::enable_batches` gave them a directory.
+    batches: OnceLock<Arc<Batches>>,
 }
 
 impl AppState {
@@ -134,6 +141,7 @@ impl AppState {
             cutoff: Cutoff::default(),
             responses: OnceLock::new(),
             agents: OnceLock::new(),
+            batches: OnceLock::new(),
         })))
     }
 
@@ -155,6 +163,25 @@ impl AppState {
     /// Serves agents with `agents` (once, before serving).
     pub(crate) fn set_agents(&self, agents: Arc<Agents>) -> bool {
         self.0.agents.set(agents).is_ok()
+    }
+
+    /// Serves files and batches with `batches` (once, before serving).
+    pub(crate) fn set_batches(&self, batches: Arc<Batches>) -> bool {
+        self.0.batches.set(batches).is_ok()
+    }
+
+    /// The batch service, when the server has a data directory.
+    pub fn batches(&self) -> std::result::Result<&Arc<Batches>, ApiError> {
+        self.0.batches.get().ok_or_else(|| {
+            ApiError::StoreUnavailable(
+                "files and batches need a data directory; start the server with --data-dir".into(),
+            )
+        })
+    }
+
+    /// The file store (under the batch service, which reads and writes it too).
+    pub fn files(&self) -> std::result::Result<&Arc<FileStore>, ApiError> {
+        Ok(self.batches()?.files())
     }
 
     /// The agents, when the server has a data directory.
@@ -247,7 +274,7 @@ impl AppState {
         })?;
         ctx.warmth.set(lease.warm());
         if let Some(meter) = &self.0.meter {
-            lease.set_usage_sink(usage_sink(meter.clone(), ctx.caller.clone()));
+            lease.set_usage_sink(usage_sink(meter.clone(), ctx.caller.clone(), ctx.class));
         }
         Ok(lease)
     }
@@ -285,6 +312,9 @@ impl AppState {
 
     /// New requests get 503 from now on; in-flight ones carry on.
     pub fn begin_shutdown(&self) {
+        if let Some(b) = self.0.batches.get() {
+            b.stop();
+        }
         self.0.host.begin_shutdown();
     }
 

@@ -328,6 +328,8 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
         usage_db: Some(dir.path().join("usage.sqlite3")),
         data_dir: Some(dir.path().join("data")),
         responses: Default::default(),
+        files: Default::default(),
+        batches: Default::default(),
     };
     // A lone model is pinned, so its failure ends `serve` instead of waiting forever.
     let result = tokio::time::timeout(

@@ -128,7 +128,7 @@ impl Drop for Meter {
 #[derive(Default)]
 struct Pending {
     records: Vec<UsageRecord>,
-    index: HashMap<(String, String), usize>,
+    index: HashMap<(String, String, bool), usize>,
 }
 
 impl Pending {

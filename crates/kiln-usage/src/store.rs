@@ -1,4 +1,6 @@
-//! The SQLite table of totals, one row per (caller, model).
+//! The SQLite tables of totals, one row per (caller, model): `usage` for interactive
+//! requests, `batch_usage` (same columns) for the lines of batches, so batch work is
+//! billed and reported apart.
 //!
 //! Rows hold running sums, so the file stays small whatever the traffic; a batch of
 //! records is added in one transaction. The database runs in WAL mode with
@@ -13,8 +15,13 @@ use rusqlite::{params, Connection};
 
 use crate::error::{Error, Result};
 
-const SCHEMA_SQL: &str = "
-CREATE TABLE IF NOT EXISTS usage (
+/// The columns of both tables.
+macro_rules! usage_table {
+    ($name:literal) => {
+        concat!(
+            "CREATE TABLE IF NOT EXISTS ",
+            $name,
+            " (
     key_id            TEXT    NOT NULL,
     model             TEXT    NOT NULL,
     label             TEXT,
@@ -26,12 +33,15 @@ CREATE TABLE IF NOT EXISTS usage (
     first_at          INTEGER NOT NULL,
     last_at           INTEGER NOT NULL,
     PRIMARY KEY (key_id, model)
-);";
+);"
+        )
+    };
+}
 
 const SCHEMA: Schema = Schema {
     what: "usage database",
-    sql: &[SCHEMA_SQL],
-    version: 1,
+    sql: &[usage_table!("usage"), usage_table!("batch_usage")],
+    version: 2,
 };
 
 /// What one request (or several, summed) consumed.
@@ -48,6 +58,8 @@ pub struct UsageRecord {
     pub cached_tokens: u64,
     pub completion_tokens: u64,
     pub neurons: f64,
+    /// Run as a line of a batch (low priority), not an interactive request.
+    pub batch: bool,
 }
 
 impl UsageRecord {
@@ -108,10 +120,10 @@ impl UsageStore {
         let path = self.path.clone();
         let sql = |source| Error::from(DbError::sql(SCHEMA.what, &path, source));
         let tx = self.conn.transaction().map_err(sql)?;
-        {
+        for table in ["usage", "batch_usage"] {
             let mut upsert = tx
-                .prepare_cached(
-                    "INSERT INTO usage (key_id, model, label, requests, prompt_tokens,
+                .prepare_cached(&format!(
+                    "INSERT INTO {table} (key_id, model, label, requests, prompt_tokens,
                          cached_tokens, completion_tokens, neurons, first_at, last_at)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
                      ON CONFLICT (key_id, model) DO UPDATE SET
@@ -121,10 +133,13 @@ impl UsageStore {
                          cached_tokens = cached_tokens + excluded.cached_tokens,
                          completion_tokens = completion_tokens + excluded.completion_tokens,
                          neurons = neurons + excluded.neurons,
-                         last_at = excluded.last_at",
-                )
+                         last_at = excluded.last_at"
+                ))
                 .map_err(sql)?;
-            for r in records {
+            for r in records
+                .iter()
+                .filter(|r| r.batch == (table == "batch_usage"))
+            {
                 upsert
                     .execute(params![
                         r.key_id,
@@ -143,15 +158,18 @@ impl UsageStore {
         tx.commit().map_err(sql)
     }
 
-    /// Every row, ordered by caller then model.
+    /// Every row, ordered by caller, then model, interactive before batch.
     pub fn rows(&self) -> Result<Vec<UsageRow>> {
         let sql = |source| Error::from(DbError::sql(SCHEMA.what, &self.path, source));
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT key_id, model, label, requests, prompt_tokens, cached_tokens,
-                        completion_tokens, neurons, first_at, last_at
-                 FROM usage ORDER BY key_id, model",
+                        completion_tokens, neurons, first_at, last_at, 0 AS batch FROM usage
+                 UNION ALL
+                 SELECT key_id, model, label, requests, prompt_tokens, cached_tokens,
+                        completion_tokens, neurons, first_at, last_at, 1 FROM batch_usage
+                 ORDER BY key_id, model, batch",
             )
             .map_err(sql)?;
         let rows = stmt
@@ -166,6 +184,7 @@ impl UsageStore {
                         cached_tokens: to_u64(r.get(5)?),
                         completion_tokens: to_u64(r.get(6)?),
                         neurons: r.get(7)?,
+                        batch: r.get::<_, i64>(10)? != 0,
                     },
                     first_at: r.get(8)?,
                     last_at: r.get(9)?,
@@ -176,16 +195,17 @@ impl UsageStore {
     }
 }
 
-/// Sums records per (caller, model), keeping the first-seen order.
+/// Sums records per (caller, model, batch or not), keeping the first-seen order.
 pub(crate) fn aggregate(
     into: &mut Vec<UsageRecord>,
-    index: &mut HashMap<(String, String), usize>,
+    index: &mut HashMap<(String, String, bool), usize>,
     r: UsageRecord,
 ) {
-    match index.get(&(r.key_id.clone(), r.model.clone())) {
+    let key = (r.key_id.clone(), r.model.clone(), r.batch);
+    match index.get(&key) {
         Some(&i) => into[i].merge(&r),
         None => {
-            index.insert((r.key_id.clone(), r.model.clone()), into.len());
+            index.insert(key, into.len());
             into.push(r);
         }
     }

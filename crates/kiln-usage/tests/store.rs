@@ -13,7 +13,35 @@ fn rec(key: &str, model: &str, prompt: u64, cached: u64, completion: u64) -> Usa
         cached_tokens: cached,
         completion_tokens: completion,
         neurons: neurons(135_000_000, prompt, cached, completion),
+        batch: false,
     }
+}
+
+#[test]
+fn batch_usage_is_kept_apart_from_interactive_usage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("usage.sqlite3");
+    let alice = key_id("sk-alice");
+    {
+        let mut store = UsageStore::open(&path).expect("open");
+        let mut batch = rec(&alice, "m1", 10, 0, 5);
+        batch.batch = true;
+        store
+            .add(&[rec(&alice, "m1", 1, 0, 1), batch.clone(), batch])
+            .expect("add");
+    }
+    let rows = UsageStore::open(&path)
+        .expect("reopen")
+        .rows()
+        .expect("rows");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(!rows[0].totals.batch);
+    assert_eq!(rows[0].totals.prompt_tokens, 1);
+    assert!(rows[1].totals.batch);
+    assert_eq!(
+        (rows[1].totals.requests, rows[1].totals.prompt_tokens),
+        (2, 20)
+    );
 }
 
 #[test]

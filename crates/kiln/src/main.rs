@@ -48,6 +48,8 @@ enum Command {
     Chat(cmd::chat::Args),
     /// Measure a model's perplexity over a text file (as llama.cpp's llama-perplexity)
     Perplexity(cmd::perplexity::Args),
+    /// Run a JSONL file of requests as a batch on a server and write the results
+    Batch(cmd::batch::Args),
 }
 
 /// `KILN_CPU=scalar|avx2|avx512` runs that instruction set's kernels instead of the
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(&cli.global, args),
         Command::Chat(args) => cmd::chat::run(&cli.global, args),
         Command::Perplexity(args) => cmd::perplexity::run(&cli.global, args),
+        Command::Batch(args) => cmd::batch::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

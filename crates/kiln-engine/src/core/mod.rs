@@ -96,6 +96,7 @@ impl<B: Backend> EngineCore<B> {
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
+                background_step_tokens: config.background_step_tokens,
                 max_model_len: config.max_model_len,
                 max_prompt_logprob_rows: PROMPT_LOGPROB_ROWS,
             },

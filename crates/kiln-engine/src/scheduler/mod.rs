@@ -8,6 +8,17 @@
 //! released and it waits to be recomputed (prefix caching usually makes that cheap).
 //! Waiting sequences are ordered by (priority, arrival), so a preempted sequence keeps its
 //! place and nothing starves within a priority level.
+//!
+//! Priorities keep background work (batch jobs) out of interactive latency: a step
+//! serves only sequences at or above the most urgent level with prompt tokens pending,
+//! so an interactive prompt is computed in a step with no batch work in it (batch
+//! decodes skip that step); and a waiting sequence that finds every slot or block taken
+//! preempts a less urgent running one. An urgent request therefore starts after at most
+//! the step already running, whatever the batch load; and that step is short, because
+//! while urgent sequences (priority 0 or less) run, wait, or did within the last
+//! [`URGENT_WINDOW_STEPS`], background ones (positive priority) get at most
+//! `background_step_tokens` per step. With no urgent work about, background work fills
+//! whole steps.
 
 mod queue;
 #[cfg(test)]
@@ -24,6 +35,9 @@ pub struct SchedulerConfig {
     pub max_num_batched_tokens: usize,
     /// Sequences running at once.
     pub max_num_seqs: usize,
+    /// Tokens per step for background sequences (positive priority) while urgent ones
+    /// (priority 0 or less) run, wait, or did within [`URGENT_WINDOW_STEPS`].
+    pub background_step_tokens: usize,
     /// Longest sequence (prompt plus output) the model accepts.
     pub max_model_len: usize,
     /// Prompt rows per step that may need logits for prompt log-probabilities; bounds
@@ -57,7 +71,13 @@ pub struct Scheduler {
     next_arrival: u64,
     /// Per running index: tokens scheduled this step (0 = not scheduled).
     step_tokens: Vec<usize>,
+    /// Steps since one had an urgent sequence running or waiting.
+    steps_since_urgent: usize,
 }
+
+/// Steps after the last urgent sequence during which background steps stay short: a
+/// client's next request usually follows within them.
+pub const URGENT_WINDOW_STEPS: usize = 64;
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig, kv: KvManager) -> Self {
@@ -68,6 +88,7 @@ impl Scheduler {
             running: Vec::new(),
             next_arrival: 0,
             step_tokens: Vec::new(),
+            steps_since_urgent: usize::MAX,
         }
     }
 
@@ -120,49 +141,75 @@ impl Scheduler {
         self.step_tokens.clear();
         self.step_tokens.resize(self.running.len(), 0);
 
-        // Running sequences: decodes first, then partial prefills, each in priority order.
+        // The most urgent priority level with prompt tokens pending: the step serves
+        // nothing less urgent, so an urgent prompt's step is as short as when the node
+        // is idle (less urgent decodes wait that one step).
+        let level = self.prefill_level();
+        // Background tokens this step: few while urgent work is about, so a step in
+        // flight when an urgent request arrives is short.
+        let mut background = self.background_budget();
+
+        // Running sequences at or above that level: decodes first, then partial
+        // prefills, each in priority order.
         for decodes in [true, false] {
             let mut i = 0;
             while i < self.running.len() && budget > 0 {
                 let s = &self.running[i];
-                if self.step_tokens[i] > 0 || s.is_decoding() != decodes {
+                if self.step_tokens[i] > 0
+                    || s.is_decoding() != decodes
+                    || level.is_some_and(|l| s.priority > l)
+                {
                     i += 1;
                     continue;
                 }
-                let wants_logits = s.wants_prompt_logprobs();
+                let (wants_logits, bg) = (s.wants_prompt_logprobs(), s.priority > 0);
                 let mut n = s.num_pending().min(budget);
                 if wants_logits {
                     n = n.min(logit_rows);
-                    if n == 0 {
-                        i += 1;
-                        continue;
-                    }
+                }
+                if bg {
+                    n = n.min(background);
+                }
+                if n == 0 {
+                    i += 1;
+                    continue;
                 }
                 // If `i` itself was preempted, the next sequence has moved into slot `i`.
                 if self.reserve(i, n, &mut budget, out) {
                     if wants_logits {
                         logit_rows -= n;
                     }
+                    if bg {
+                        background -= n;
+                    }
                     i += 1;
                 }
             }
         }
 
-        // Waiting sequences, unless this step already had to preempt.
-        while out.preempted.is_empty()
-            && budget > 0
-            && self.running.len() < self.config.max_num_seqs
-        {
-            if self.waiting.peek().is_some_and(|s| self.leader_pending(s)) {
+        // Waiting sequences at that level, unless this step already had to preempt for
+        // lack of blocks. A waiting sequence that finds no slot or no blocks takes them
+        // from a less urgent running one.
+        let short_of_blocks = !out.preempted.is_empty();
+        while !short_of_blocks && budget > 0 {
+            let Some(head) = self.waiting.peek() else {
+                break;
+            };
+            if level.is_some_and(|l| head.priority > l) {
+                break;
+            }
+            if self.leader_pending(head) {
                 // A sibling's prompt is still being computed; admitting now would
                 // recompute it instead of sharing its blocks. Keep FCFS: wait a step.
                 break;
             }
-            let wants_logits = self
-                .waiting
-                .peek()
-                .is_some_and(Sequence::wants_prompt_logprobs);
-            if wants_logits && logit_rows == 0 {
+            let (wants_logits, priority) = (head.wants_prompt_logprobs(), head.priority);
+            if (wants_logits && logit_rows == 0) || (priority > 0 && background == 0) {
+                break;
+            }
+            if self.running.len() >= self.config.max_num_seqs
+                && !self.preempt_less_urgent(priority, &mut budget, out)
+            {
                 break;
             }
             let Some(mut seq) = self.waiting.pop() else {
@@ -186,8 +233,15 @@ impl Scheduler {
             if wants_logits {
                 n = n.min(logit_rows);
             }
+            if priority > 0 {
+                n = n.min(background);
+            }
             let total = seq.num_computed_tokens + n;
-            if !self.kv.allocate(&mut seq.blocks, total) {
+            let mut admitted = self.kv.allocate(&mut seq.blocks, total);
+            while !admitted && self.preempt_less_urgent(priority, &mut budget, out) {
+                admitted = self.kv.allocate(&mut seq.blocks, total);
+            }
+            if !admitted {
                 // Admission is by free blocks: wait for some to be released.
                 seq.blocks.clear();
                 seq.num_computed_tokens = 0;
@@ -197,6 +251,9 @@ impl Scheduler {
             budget -= n;
             if wants_logits {
                 logit_rows -= n;
+            }
+            if priority > 0 {
+                background -= n;
             }
             self.running.push(seq);
             self.step_tokens.push(n);
@@ -227,6 +284,51 @@ impl Scheduler {
             }
         }
         out.num_batched_tokens = out.scheduled.iter().map(|s| s.num_new_tokens).sum();
+    }
+
+    /// This step's token budget for background sequences: `background_step_tokens`
+    /// while urgent work runs, waits, or did within the window; else no limit.
+    fn background_budget(&mut self) -> usize {
+        let urgent = self.running.iter().any(|s| s.priority <= 0)
+            || self.waiting.peek().is_some_and(|s| s.priority <= 0);
+        self.steps_since_urgent = if urgent {
+            0
+        } else {
+            self.steps_since_urgent.saturating_add(1)
+        };
+        if self.steps_since_urgent <= URGENT_WINDOW_STEPS {
+            self.config.background_step_tokens.max(1)
+        } else {
+            usize::MAX
+        }
+    }
+
+    /// The most urgent priority (lowest value) among sequences with prompt tokens to
+    /// compute: running prefills and the head of the wait queue.
+    fn prefill_level(&self) -> Option<i32> {
+        let running = self
+            .running
+            .iter()
+            .filter(|s| !s.is_decoding())
+            .map(|s| s.priority);
+        running.chain(self.waiting.peek().map(|s| s.priority)).min()
+    }
+
+    /// Preempts the least urgent running sequence if it is less urgent than `priority`
+    /// (returning its step tokens to the budget): false if there is none.
+    fn preempt_less_urgent(
+        &mut self,
+        priority: i32,
+        budget: &mut usize,
+        out: &mut SchedulerOutput,
+    ) -> bool {
+        let victim = (0..self.running.len()).max_by_key(|&i| self.running[i].order_key());
+        let Some(victim) = victim.filter(|&i| self.running[i].priority > priority) else {
+            return false;
+        };
+        *budget += self.step_tokens[victim];
+        self.preempt(victim, out);
+        true
     }
 
     /// Whether `seq` should wait for its prompt leader to finish computing the prompt.

@@ -8,6 +8,7 @@ fn sched(num_blocks: usize, budget: usize, max_seqs: usize) -> Scheduler {
         SchedulerConfig {
             max_num_batched_tokens: budget,
             max_num_seqs: max_seqs,
+            background_step_tokens: 1000,
             max_model_len: 4096,
             max_prompt_logprob_rows: 8,
         },
@@ -264,4 +265,105 @@ fn prompt_logprob_sequences_skip_the_cache_and_fit_the_logits_rows() {
     }
     let got = step(&mut s);
     assert_eq!(got, vec![(1, 1), (7, 2), (8, 6)], "{got:?}");
+}
+
+#[test]
+fn urgent_waiting_sequence_preempts_a_less_urgent_one_for_a_slot() {
+    let mut s = sched(64, 100, 2);
+    add(&mut s, 1, 4, 10);
+    add(&mut s, 2, 4, 10);
+    step(&mut s);
+    add(&mut s, 3, 4, 0);
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    // The newest batch sequence gives its slot up; the other keeps its slot and
+    // decodes again once the urgent prompt is computed.
+    assert_eq!(out.preempted, vec![2]);
+    let got: Vec<_> = out
+        .scheduled
+        .iter()
+        .map(|x| (x.seq_id, x.num_new_tokens))
+        .collect();
+    assert_eq!(got, vec![(3, 4)]);
+    assert_eq!(s.num_waiting(), 1);
+}
+
+#[test]
+fn urgent_waiting_sequence_preempts_a_less_urgent_one_for_blocks() {
+    // 4 blocks of 4 tokens: two 7-token batch prompts (and their first tokens) take
+    // them all.
+    let mut s = sched(4, 100, 8);
+    add(&mut s, 1, 7, 10);
+    add(&mut s, 2, 7, 10);
+    assert_eq!(step(&mut s), vec![(1, 7), (2, 7)]);
+    add(&mut s, 3, 4, 0);
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    assert!(out.scheduled.iter().any(|x| x.seq_id == 3));
+    assert!(!out.preempted.is_empty());
+    assert!(!out.preempted.contains(&3));
+}
+
+#[test]
+fn equal_priority_never_preempts_for_admission() {
+    let mut s = sched(64, 100, 1);
+    add(&mut s, 1, 4, 0);
+    step(&mut s);
+    add(&mut s, 2, 4, 0);
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    assert!(out.preempted.is_empty());
+    assert_eq!(out.scheduled.len(), 1);
+    assert_eq!(out.scheduled[0].seq_id, 1);
+}
+
+#[test]
+fn urgent_prefill_step_carries_no_less_urgent_work() {
+    let mut s = sched(64, 100, 8);
+    add(&mut s, 1, 4, 10);
+    step(&mut s);
+    // A long batch prompt is mid-prefill when an urgent one arrives.
+    add(&mut s, 2, 40, 10);
+    s.config.max_num_batched_tokens = 11;
+    assert_eq!(step(&mut s), vec![(1, 1), (2, 10)]);
+    s.config.max_num_batched_tokens = 100;
+    add(&mut s, 3, 6, 0);
+    // The urgent prompt's step carries no batch work: decodes and prefill wait it out.
+    assert_eq!(step(&mut s), vec![(3, 6)]);
+    // Then the batch prompt resumes beside the urgent decode.
+    assert_eq!(step(&mut s), vec![(3, 1), (1, 1), (2, 30)]);
+}
+
+#[test]
+fn less_urgent_waiting_sequences_wait_for_urgent_prompts() {
+    let mut s = sched(64, 100, 8);
+    add(&mut s, 1, 6, 0);
+    add(&mut s, 2, 6, 10);
+    // Only the urgent prompt is computed in its step, though budget is left.
+    assert_eq!(step(&mut s), vec![(1, 6)]);
+    assert_eq!(step(&mut s), vec![(1, 1), (2, 6)]);
+}
+
+#[test]
+fn background_steps_are_short_while_urgent_work_is_about() {
+    let mut s = sched(64, 100, 8);
+    s.config.background_step_tokens = 4;
+    for id in 1..=3 {
+        add(&mut s, id, 3, 10);
+    }
+    // No urgent work: background sequences fill the step.
+    assert_eq!(step(&mut s), vec![(1, 3), (2, 3), (3, 3)]);
+    add(&mut s, 4, 2, 0);
+    // The urgent prompt's step carries no background work.
+    assert_eq!(step(&mut s), vec![(4, 2)]);
+    // While it decodes, background sequences share 4 tokens a step, oldest first.
+    assert_eq!(step(&mut s), vec![(4, 1), (1, 1), (2, 1), (3, 1)]);
+    s.remove(4);
+    // Within the window after it left, steps stay short...
+    for _ in 0..URGENT_WINDOW_STEPS {
+        assert_eq!(step(&mut s).len(), 3);
+    }
+    // ...then background work fills them again.
+    add(&mut s, 5, 20, 10);
+    assert_eq!(step(&mut s), vec![(1, 1), (2, 1), (3, 1), (5, 20)]);
 }

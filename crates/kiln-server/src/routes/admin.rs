@@ -3,7 +3,7 @@
 //!
 //! Everything recorded before the call is included (the meter is flushed first). Rows
 //! are keyed by the API key's id (`key_` + a SHA-256 prefix) or `anonymous`, with the
-//! key's configured label.
+//! key's configured label; `batch: true` rows are the lines of batches, billed apart.
 
 use axum::extract::State;
 use axum::Json;
@@ -38,6 +38,7 @@ pub async fn usage(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
                 "key_id": t.key_id,
                 "label": t.label,
                 "model": t.model,
+                "batch": t.batch,
                 "requests": t.requests,
                 "prompt_tokens": t.prompt_tokens,
                 "cached_tokens": t.cached_tokens,

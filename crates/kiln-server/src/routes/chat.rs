@@ -179,6 +179,7 @@ pub async fn start(
     })
     .await?;
     let mut engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
+    engine_req.priority = ctx.class.priority();
     engine_req.adapter = adapter;
     engine_req.constraint = constraint;
     let parse_tools = tools.is_some_and(|t| t.spec.is_some()).then_some(format);

@@ -90,6 +90,7 @@ pub async fn completions(
             prompt_ids.push(ids.clone());
         }
         let mut engine_req = sampling.request(ids, "prompt", max_model_len)?;
+        engine_req.priority = ctx.class.priority();
         engine_req.adapter = adapter.clone();
         engine_req.constraint = constraint.clone();
         engine_reqs.push(engine_req);

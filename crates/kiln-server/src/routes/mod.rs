@@ -3,9 +3,11 @@
 
 pub mod admin;
 pub mod agents;
+pub mod batches;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
+pub mod files;
 pub mod health;
 pub mod metrics;
 pub mod models;
@@ -13,6 +15,7 @@ pub mod responses;
 pub mod tokenize;
 pub mod workers_ai;
 pub mod workers_ai_encoders;
+pub mod workers_ai_queue;
 
 use kiln_api::Usage;
 use kiln_host::{Collected, Generation, HostError, HostedModel, Permit};

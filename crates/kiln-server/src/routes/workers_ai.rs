@@ -2,12 +2,14 @@
 //! body. Text generation: `{prompt}` or `{messages}` in, `{result: {response, usage},
 //! success, errors, messages}` out, or streamed as `data: {"response": "..."}` events
 //! ending with `data: [DONE]`. Embeddings and text classification: see
-//! [`super::workers_ai_encoders`]. The model name may contain slashes
+//! [`super::workers_ai_encoders`]. With `?queueRequest=true` the requests are queued
+//! as a batch: [`super::workers_ai_queue`]. The model name may contain slashes
 //! (`@kiln/smollm2-135m-instruct`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::chat::{ChatMessage, Role};
@@ -16,7 +18,7 @@ use kiln_api::Usage;
 use kiln_engine::output::TextEvent;
 use kiln_host::{ChoiceEvent, Generation, HostedModel, ModelKind};
 
-use super::{admit, collect, workers_ai_encoders};
+use super::{admit, collect, workers_ai_encoders, workers_ai_queue};
 use crate::error::ApiError;
 use crate::extract::{parse, ApiBody};
 use crate::lease::CallContext;
@@ -35,9 +37,13 @@ pub const DEFAULT_MAX_TOKENS: u32 = 256;
 pub async fn run(
     State(state): State<AppState>,
     Path(model_name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
+    if workers_ai_queue::queued(&query)? {
+        return workers_ai_queue::queue(&state, &model_name, &ctx, &body);
+    }
     // `{model}` may be `base:adapter`.
     let (name, _) = state.split_adapter(Some(&model_name), None)?;
     let hosted = state.resolve(name)?;
@@ -136,6 +142,7 @@ async fn generate(
         sampling.set_max_tokens((DEFAULT_MAX_TOKENS as usize).min(room));
     }
     let mut engine_req = sampling.request(ids, param, max_model_len)?;
+    engine_req.priority = ctx.class.priority();
     engine_req.adapter = adapter;
     engine_req.constraint = constraint;
     let parse_tools = tools.is_some().then_some(format);

@@ -1,5 +1,6 @@
 //! Subcommands, one module each, plus the options they share.
 
+pub mod batch;
 pub mod bench;
 pub mod chat;
 pub mod models;

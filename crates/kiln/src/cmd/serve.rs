@@ -108,6 +108,20 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     max_stored_responses: Option<u64>,
 
+    /// Largest file `POST /v1/files` takes, e.g. 512MiB; larger ones get 413
+    /// [default: 512MiB]
+    #[arg(long, value_name = "SIZE")]
+    max_file_size: Option<Size>,
+
+    /// Seconds a file upload may take to arrive [default: 600]
+    #[arg(long, value_name = "SECS")]
+    upload_timeout: Option<f64>,
+
+    /// Batch lines (OpenAI batches and queued Workers AI requests) in flight on this
+    /// node, all batches together; they run at low priority [default: 48]
+    #[arg(long, value_name = "N")]
+    batch_concurrency: Option<usize>,
+
     /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
     /// [default: a quarter of available memory, at most 4GiB]
     #[arg(long, value_name = "SIZE")]
@@ -121,6 +135,11 @@ pub struct Args {
     /// Most sequences running at once per model [default: 64]
     #[arg(long)]
     max_num_seqs: Option<usize>,
+
+    /// Tokens per engine step for batch lines while interactive requests are about, so
+    /// an interactive request waits little for the step in flight [default: 8]
+    #[arg(long, value_name = "N")]
+    batch_step_tokens: Option<usize>,
 
     /// Token budget of one engine step [default: 512]
     #[arg(long)]
@@ -257,6 +276,16 @@ fn settings(
         admin_keys,
         metrics_keys,
         body_timeout: limits.body_timeout,
+        upload_timeout: match args.upload_timeout.or(file.upload_timeout) {
+            Some(secs) => {
+                anyhow::ensure!(
+                    secs.is_finite() && secs > 0.0,
+                    "--upload-timeout must be a positive number of seconds"
+                );
+                Duration::from_secs_f64(secs)
+            }
+            None => defaults.upload_timeout,
+        },
         cors,
         models_memory: Some(models_memory),
         lora,
@@ -293,6 +322,10 @@ fn settings(
     if let Some(n) = args.max_num_seqs.or(file.max_num_seqs) {
         anyhow::ensure!(n >= 1, "--max-num-seqs must be at least 1");
         engine.max_num_seqs = n;
+    }
+    if let Some(n) = args.batch_step_tokens.or(file.batch_step_tokens) {
+        anyhow::ensure!(n >= 1, "--batch-step-tokens must be at least 1");
+        engine.background_step_tokens = n;
     }
     if let Some(n) = args.max_num_batched_tokens.or(file.max_num_batched_tokens) {
         anyhow::ensure!(n >= 1, "--max-num-batched-tokens must be at least 1");
@@ -350,6 +383,16 @@ fn settings(
         anyhow::ensure!(n > 0, "--max-stored-responses must be at least 1");
         responses.max_stored_per_key = n;
     }
+    let mut files = kiln_files::Limits::default();
+    if let Some(size) = args.max_file_size.or(file.max_file_size) {
+        anyhow::ensure!(size.0 > 0, "--max-file-size must be at least 1 byte");
+        files.max_file_bytes = size.0;
+    }
+    let mut batches = kiln_batch::Limits::default();
+    if let Some(n) = args.batch_concurrency.or(file.batch_concurrency) {
+        anyhow::ensure!(n > 0, "--batch-concurrency must be at least 1");
+        batches.concurrency = n;
+    }
     for (spec, pin) in specs {
         models.push(crate::load::catalogue_source(&cache, spec, pin, &engine)?);
     }
@@ -361,6 +404,8 @@ fn settings(
         usage_db: Some(usage_db),
         data_dir: Some(data_dir),
         responses,
+        files,
+        batches,
     };
     Ok((opts, models))
 }

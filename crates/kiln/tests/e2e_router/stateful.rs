@@ -1,6 +1,6 @@
 //! State that lives on one node: each agent is placed by its name on the ring and
 //! every request for it reaches that node, and a key's stored responses (with their
-//! chains) stay on one node.
+//! chains), files and batches stay on one node.
 
 use std::collections::BTreeSet;
 
@@ -114,5 +114,51 @@ fn each_agent_lives_on_one_node_and_response_chains_hold() {
         )
         .await;
         assert_eq!(status, 200, "{got}");
+
+        // A file and the batch that reads it land on the key's node, with its responses.
+        let line = json!({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"messages": [{"role": "user", "content": "Hi"}],
+                                   "max_tokens": 2}});
+        let form = reqwest::multipart::Form::new()
+            .text("purpose", "batch")
+            .part(
+                "file",
+                reqwest::multipart::Part::text(format!("{line}\n")).file_name("a.jsonl"),
+            );
+        let resp = client()
+            .post(format!("{base}/v1/files"))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
+        let node = resp.headers().get("x-kiln-node").cloned();
+        let file: Value = resp.json().await.expect("file");
+        assert_eq!(
+            node.as_ref().and_then(|v| v.to_str().ok()),
+            Some(n1.as_str()),
+            "{file}"
+        );
+        let (status, node, batch) = send(
+            reqwest::Method::POST,
+            &format!("{base}/v1/batches"),
+            Some(
+                json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+                        "completion_window": "24h"}),
+            ),
+        )
+        .await;
+        assert_eq!((status, node.as_str()), (200, n1.as_str()), "{batch}");
+        let url = format!("{base}/v1/batches/{}", batch["id"].as_str().unwrap_or(""));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let (status, node, b) = send(reqwest::Method::GET, &url, None).await;
+            assert_eq!((status, node.as_str()), (200, n1.as_str()), "{b}");
+            if b["status"] == "completed" {
+                assert_eq!(b["request_counts"]["completed"], 1, "{b}");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{b}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     });
 }

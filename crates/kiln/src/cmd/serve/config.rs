@@ -46,6 +46,11 @@ pub struct FileConfig {
     pub usage_db: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub max_stored_responses: Option<u64>,
+    pub max_file_size: Option<Size>,
+    /// Seconds.
+    pub upload_timeout: Option<f64>,
+    pub batch_concurrency: Option<usize>,
+    pub batch_step_tokens: Option<usize>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
     pub kv_cache_dtype: Option<String>,

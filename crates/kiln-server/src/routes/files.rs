@@ -1,0 +1,193 @@
+//! `/v1/files`: upload (multipart, streamed to disk as it arrives), list, retrieve,
+//! download and delete, on `kiln-files`' store, scoped to the caller's key.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use kiln_api::files::{FileDeleted, FileObject, List};
+use kiln_files::{ListQuery, Order, StoredFile};
+use tokio_util::io::ReaderStream;
+
+use crate::error::ApiError;
+use crate::extract::query_number;
+use crate::lease::CallContext;
+use crate::state::AppState;
+
+/// Purposes a client may upload with (`batch_output` is for files Kiln writes).
+const PURPOSES: &[&str] = &["batch", "assistants", "user_data"];
+
+/// `POST /v1/files`: `purpose`, then `file`. The file is written to disk chunk by chunk
+/// and becomes visible only once whole.
+pub async fn upload(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    mut form: Multipart,
+) -> Result<Json<FileObject>, ApiError> {
+    let store = state.files()?.clone();
+    let limit = store.limits().max_file_bytes;
+    let mut purpose = None;
+    while let Some(mut field) = form
+        .next_field()
+        .await
+        .map_err(|e| form_error(&state, e, limit))?
+    {
+        match field.name() {
+            Some("purpose") => {
+                let p = field
+                    .text()
+                    .await
+                    .map_err(|e| form_error(&state, e, limit))?;
+                if !PURPOSES.contains(&p.as_str()) {
+                    let m = format!("`purpose` must be one of {}", PURPOSES.join(", "));
+                    return Err(ApiError::invalid("purpose", m));
+                }
+                purpose = Some(p);
+            }
+            Some("file") => {
+                let Some(purpose) = purpose.take() else {
+                    return Err(ApiError::invalid(
+                        "purpose",
+                        "send the `purpose` field before the `file` field",
+                    ));
+                };
+                let name = field.file_name().unwrap_or("upload").to_string();
+                let mut upload = store.upload(&ctx.caller.key_id, &name, &purpose)?;
+                while let Some(chunk) = field
+                    .chunk()
+                    .await
+                    .map_err(|e| form_error(&state, e, limit))?
+                {
+                    upload.write(&chunk)?;
+                }
+                let stored = tokio::task::spawn_blocking(move || upload.finish())
+                    .await
+                    .map_err(|e| ApiError::Internal(e.to_string()))??;
+                return Ok(Json(file_object(stored)));
+            }
+            _ => {}
+        }
+    }
+    Err(ApiError::invalid("file", "the form has no `file` field"))
+}
+
+/// `GET /v1/files`: newest first unless `order=asc`; at most 10000 a page.
+pub async fn list(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Query(mut q): Query<HashMap<String, String>>,
+) -> Result<Json<List<FileObject>>, ApiError> {
+    let limit = query_number(&q, "limit", 1..=10_000)?.unwrap_or(10_000);
+    let order = match q.get("order").map(String::as_str) {
+        None | Some("desc") => Order::Desc,
+        Some("asc") => Order::Asc,
+        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
+    };
+    let query = ListQuery {
+        purpose: q.remove("purpose"),
+        after: q.remove("after"),
+        limit,
+        order,
+    };
+    let page = state.files()?.list(&ctx.caller.key_id, &query)?;
+    let data = page.data.into_iter().map(file_object).collect();
+    Ok(Json(List::page(data, page.has_more, |f: &FileObject| {
+        &f.id
+    })))
+}
+
+pub async fn retrieve(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(id): Path<String>,
+) -> Result<Json<FileObject>, ApiError> {
+    let file = state.files()?.get(&ctx.caller.key_id, &id)?;
+    Ok(Json(file_object(file.ok_or_else(|| not_found(&id))?)))
+}
+
+/// `GET /v1/files/{id}/content`: the bytes, streamed from disk.
+pub async fn content(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (file, handle) = state
+        .files()?
+        .open_content(&ctx.caller.key_id, &id)?
+        .ok_or_else(|| not_found(&id))?;
+    let stream = ReaderStream::new(tokio::fs::File::from_std(handle));
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        file.filename.replace('"', "")
+    );
+    Ok((
+        StatusCode::OK,
+        [
+            (CONTENT_TYPE, "application/octet-stream".to_string()),
+            (CONTENT_LENGTH, file.bytes.to_string()),
+            (CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Path(id): Path<String>,
+) -> Result<Json<FileDeleted>, ApiError> {
+    if !state.files()?.delete(&ctx.caller.key_id, &id)? {
+        return Err(not_found(&id));
+    }
+    Ok(Json(FileDeleted {
+        id,
+        object: "file".into(),
+        deleted: true,
+    }))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound {
+        message: format!("no file with id '{id}'"),
+        param: None,
+    }
+}
+
+/// A multipart failure: past the file limit (413), past the body deadline (408), or a
+/// malformed form (400).
+fn form_error(
+    state: &AppState,
+    e: axum::extract::multipart::MultipartError,
+    limit: u64,
+) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::PayloadTooLarge {
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        }
+    } else if kiln_http::is_body_timeout(&e) {
+        ApiError::BodyTimeout {
+            limit_s: state.config().upload_timeout.as_secs(),
+        }
+    } else {
+        ApiError::invalid("file", format!("cannot read the upload: {}", e.body_text()))
+    }
+}
+
+pub fn file_object(f: StoredFile) -> FileObject {
+    FileObject {
+        id: f.id,
+        object: "file".into(),
+        bytes: f.bytes,
+        created_at: f.created_at,
+        expires_at: None,
+        filename: f.filename,
+        purpose: f.purpose,
+        status: "processed".into(),
+        status_details: None,
+    }
+}
