@@ -329,7 +329,7 @@ impl Line {
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
         let result = LineResult {
-            req_id: crate::ids::new_id("r").trim_start_matches("r_").to_string(),
+            req_id: crate::ids::new_hex(),
             status_code: outcome.status,
             usage: outcome.usage(),
             response: outcome.body.to_string(),

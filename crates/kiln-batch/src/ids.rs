@@ -3,10 +3,15 @@
 
 use rand::Rng;
 
-/// `prefix` `_` and 32 random hex digits.
+/// `prefix` `_` and [`new_hex`].
 pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", new_hex())
+}
+
+/// 32 random hex digits.
+pub fn new_hex() -> String {
     let a: u128 = rand::rng().random();
-    format!("{prefix}_{a:032x}")
+    format!("{a:032x}")
 }
 
 /// A random version-4 UUID, as Workers AI's request ids are.

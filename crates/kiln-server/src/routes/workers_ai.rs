@@ -41,12 +41,12 @@ pub async fn run(
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    if workers_ai_queue::queued(&query)? {
-        return workers_ai_queue::queue(&state, &model_name, &ctx, &body);
-    }
     // `{model}` may be `base:adapter`.
     let (name, _) = state.split_adapter(Some(&model_name), None)?;
     let hosted = state.resolve(name)?;
+    if workers_ai_queue::queued(&query)? {
+        return workers_ai_queue::queue(&state, &model_name, &ctx, &body);
+    }
     match hosted.kind {
         Some(ModelKind::Embed) => {
             workers_ai_encoders::embed(&state, hosted, &ctx, parse(&body)?).await

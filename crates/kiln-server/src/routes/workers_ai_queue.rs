@@ -29,15 +29,13 @@ pub fn queued(query: &HashMap<String, String>) -> Result<bool, ApiError> {
     }
 }
 
-/// Queues or polls on `model` (which must be served).
+/// Queues or polls on `model` (the caller checked it is served).
 pub fn queue(
     state: &AppState,
     model: &str,
     ctx: &CallContext,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
-    let (name, _) = state.split_adapter(Some(model), None)?;
-    state.resolve(name)?;
     let batches = state.batches()?;
     let req: QueueRequest = parse(body).map_err(|_| {
         ApiError::invalid(
