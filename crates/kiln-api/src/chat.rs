@@ -221,6 +221,9 @@ pub struct AssistantMessage {
     /// The calls the model made (then `finish_reason` is `tool_calls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
+    /// `file_citation`s of the files a server-side `file_search` put before the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Vec<serde_json::Value>>,
 }
 
 /// Chat-format logprobs: one entry per generated token.
@@ -286,4 +289,7 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    /// On the first chunk: the message's annotations (see [`AssistantMessage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Vec<serde_json::Value>>,
 }

@@ -2,7 +2,7 @@
 //! `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models`, their
 //! stream chunks, structured output and tools (`structured`), vLLM's `/tokenize` and `/detokenize`, the Workers AI-style
 //! `/ai/run/{model}`, OpenAI's Responses API (`responses`), Files (`files`) and Batch API (`batches`, with
-//! Workers AI's queued requests) and its error body.
+//! Workers AI's queued requests), Cloudflare Vectorize (`vectorize`), vector stores (`vector_stores`) and its error body.
 //!
 //! Only serde: the server, the router and the benchmark client share these types, and
 //! the engine never sees them. Requests accept `null` wherever OpenAI does and ignore
@@ -21,6 +21,8 @@ pub mod models;
 pub mod responses;
 pub mod structured;
 pub mod tokenize;
+pub mod vector_stores;
+pub mod vectorize;
 pub mod workers_ai;
 
 pub use common::{PromptTokensDetails, StopSequences, StreamOptions, Usage};

@@ -1,6 +1,6 @@
 //! OpenAI's Responses API (`/v1/responses`): the request, the response object, its
 //! items (messages, function calls and their outputs, MCP listings, calls and
-//! approvals), the streamed events and the input-item list.
+//! approvals, file searches), the streamed events and the input-item list.
 //!
 //! Items are one tagged enum, so what is stored, returned and sent back as input is the
 //! same JSON. Tools and input are kept loose (`serde_json::Value`) in the request so the
@@ -55,6 +55,9 @@ pub struct CreateResponse {
     /// Only `disabled` (the default) is served: an over-long conversation is an error.
     #[serde(default)]
     pub truncation: Option<String>,
+    /// Extra output to include: `file_search_call.results`.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
 }
 
 /// `text`: the output's format.
@@ -198,6 +201,26 @@ pub enum Item {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A search of the request's vector stores; `results` only when the request's
+    /// `include` asks for `file_search_call.results`.
+    FileSearchCall {
+        id: String,
+        status: String,
+        queries: Vec<String>,
+        #[serde(default)]
+        results: Option<Vec<FileSearchResult>>,
+    },
+}
+
+/// A chunk a `file_search_call` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileSearchResult {
+    pub file_id: String,
+    pub filename: String,
+    pub score: f64,
+    pub text: String,
+    #[serde(default)]
+    pub attributes: Map<String, Value>,
 }
 
 impl Item {
@@ -209,7 +232,8 @@ impl Item {
             | Item::McpListTools { id, .. }
             | Item::McpCall { id, .. }
             | Item::McpApprovalRequest { id, .. }
-            | Item::McpApprovalResponse { id, .. } => id,
+            | Item::McpApprovalResponse { id, .. }
+            | Item::FileSearchCall { id, .. } => id,
         }
     }
 }

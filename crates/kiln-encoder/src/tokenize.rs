@@ -51,6 +51,23 @@ impl TextTokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// Special tokens added around one text.
+    pub fn n_special(&self) -> usize {
+        self.n_special
+    }
+
+    /// The byte range in `text` of each of its tokens, special tokens left out.
+    pub fn spans(&self, text: &str) -> Result<Vec<std::ops::Range<usize>>> {
+        let words = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| Error::Tokenize {
+                index: 0,
+                message: e.to_string(),
+            })?;
+        Ok(words.get_offsets().iter().map(|&(a, b)| a..b).collect())
+    }
+
     /// Tokenizes input `index`; an input over `max` tokens is an error unless `truncate`.
     pub fn encode(&self, index: usize, text: &str, max: usize, truncate: bool) -> Result<Tokens> {
         let fail = |e: tokenizers::Error| Error::Tokenize {

@@ -1,13 +1,15 @@
-//! The one thing this crate needs from the model: run a chat turn and stream it back.
+//! What this crate needs from the server: run a chat turn and stream it back, and
+//! search vector stores for the `file_search` tool.
 //!
 //! The server implements [`ChatRunner`] over its chat-completions pipeline (template,
-//! constraints, admission, engine), so a response's model rounds are exactly chat
-//! completions, and this crate never links the engine or knows HTTP. The runner's error
-//! is opaque here; the server downcasts it back to its own error to answer with the
-//! same status a chat request would get.
+//! constraints, admission, engine) and its vector stores, so a response's model rounds
+//! are exactly chat completions, and this crate never links the engine or knows HTTP.
+//! The runner's error is opaque here; the server downcasts it back to its own error to
+//! answer with the same status a chat request would get.
 
 use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
+use kiln_rag::{Hit, Search};
 use kiln_usage::Caller;
 use tokio::sync::mpsc;
 
@@ -19,6 +21,22 @@ pub trait ChatRunner: Send + Sync + 'static {
         caller: &Caller,
         request: ChatCompletionRequest,
     ) -> BoxFuture<'static, Result<ChatTurn, GenError>>;
+
+    /// The best chunks of `caller`'s vector stores `store_ids` for `search`. A runner
+    /// without vector stores refuses the tool.
+    fn file_search(
+        &self,
+        _caller: &Caller,
+        _store_ids: Vec<String>,
+        _search: Search,
+    ) -> BoxFuture<'static, Result<Vec<Hit>, GenError>> {
+        Box::pin(async {
+            Err(GenError::new(
+                "invalid_request_error",
+                "this server has no vector stores for the file_search tool",
+            ))
+        })
+    }
 }
 
 /// A running chat turn. Dropping it aborts the generation.

@@ -54,9 +54,11 @@ pub fn messages<'a>(
                 };
                 out.push(tool_result(id, result));
             }
+            // A search's chunks reach the model in the turn that ran it, not again.
             Item::McpListTools { .. }
             | Item::McpApprovalRequest { .. }
-            | Item::McpApprovalResponse { .. } => {}
+            | Item::McpApprovalResponse { .. }
+            | Item::FileSearchCall { .. } => {}
         }
     }
     out

@@ -13,6 +13,7 @@ pub mod chat;
 mod conversation;
 pub mod error;
 mod events;
+mod file_search;
 mod ids;
 mod input;
 mod mcp_tools;

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use kiln_api::responses::{ContentPart, Item};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::cancel::Cancel;
 use crate::chat::{ChatTurn, GenError, TurnEvent, TurnUsage};
@@ -43,11 +43,13 @@ struct Message {
     text: String,
 }
 
-/// Streams `turn` into `output`.
+/// Streams `turn` into `output`; its message carries `annotations` (the files a
+/// search found).
 pub async fn stream(
     mut turn: ChatTurn,
     tools: &Tools,
     mcp: &McpTools,
+    annotations: &[Value],
     output: &mut Vec<Item>,
     em: &mut Emitter,
     cancel: &Cancel,
@@ -162,7 +164,7 @@ pub async fn stream(
     }
     // Close what the round opened, whatever ended it, so every item is whole.
     if let Some(m) = message {
-        close_message(output, m, em).await;
+        close_message(output, m, annotations, em).await;
     }
     let finished = matches!(result.end, RoundEnd::Finished { .. });
     let mut opened: Vec<usize> = calls.into_values().collect();
@@ -226,10 +228,20 @@ async fn open_message(output: &mut Vec<Item>, em: &mut Emitter) -> Message {
     }
 }
 
-async fn close_message(output: &mut [Item], m: Message, em: &mut Emitter) {
+async fn close_message(output: &mut [Item], m: Message, annotations: &[Value], em: &mut Emitter) {
+    // Citations point at the end of the answer.
+    let end = m.text.chars().count();
+    let annotations: Vec<Value> = annotations
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a["index"] = json!(end);
+            a
+        })
+        .collect();
     let part = ContentPart::OutputText {
         text: m.text.clone(),
-        annotations: Vec::new(),
+        annotations: annotations.clone(),
     };
     if let Item::Message {
         content, status, ..
@@ -245,6 +257,14 @@ async fn close_message(output: &mut [Item], m: Message, em: &mut Emitter) {
                "text": m.text, "logprobs": []}),
     )
     .await;
+    for (i, a) in annotations.into_iter().enumerate() {
+        em.emit(
+            "response.output_text.annotation.added",
+            json!({"item_id": item.id(), "output_index": m.index, "content_index": 0,
+                   "annotation_index": i, "annotation": a}),
+        )
+        .await;
+    }
     em.emit(
         "response.content_part.done",
         json!({"item_id": item.id(), "output_index": m.index, "content_index": 0, "part": part}),

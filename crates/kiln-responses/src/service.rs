@@ -283,6 +283,7 @@ impl Responses {
         let tool_set = tools::parse(req.tools.as_deref())?;
         let tool_choice = tools::tool_choice(req.tool_choice.as_ref())?;
         let format = tools::response_format(&req)?;
+        let search_results = include(req.include.as_deref())?;
         if let Some(m) = &req.metadata {
             check_metadata(m)?;
         }
@@ -335,6 +336,7 @@ impl Responses {
             tools: tool_set,
             tool_choice,
             format,
+            search_results,
         })
     }
 
@@ -511,6 +513,24 @@ impl Responses {
             data,
         })
     }
+}
+
+/// `include`: whether `file_search_call.results` is asked for. Other extras are refused
+/// rather than silently left out.
+fn include(v: Option<&[String]>) -> Result<bool> {
+    let mut results = false;
+    for (i, what) in v.unwrap_or_default().iter().enumerate() {
+        match what.as_str() {
+            "file_search_call.results" => results = true,
+            other => {
+                return Err(ResponsesError::invalid(
+                    format!("include[{i}]"),
+                    format!("`include` value '{other}' is not supported; this server includes file_search_call.results"),
+                ))
+            }
+        }
+    }
+    Ok(results)
 }
 
 /// OpenAI's bounds: at most 16 pairs, keys up to 64 characters, string values up to 512.

@@ -3,6 +3,7 @@
 
 use kiln_api::responses::{CreateResponse, TextFormat};
 use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
+use kiln_rag::{FileSearchTool, RagError};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ResponsesError, Result};
@@ -45,6 +46,7 @@ impl Approval {
 pub struct Tools {
     pub functions: Vec<FunctionDef>,
     pub mcp: Vec<McpSpec>,
+    pub file_search: Option<FileSearchTool>,
 }
 
 /// Parses `tools`.
@@ -64,18 +66,28 @@ pub fn parse(tools: Option<&[Value]>) -> Result<Tools> {
                 }
                 out.mcp.push(spec);
             }
+            Some("file_search") => {
+                if out.file_search.is_some() {
+                    return Err(ResponsesError::invalid(
+                        at,
+                        "give one `file_search` tool (it may name several vector stores)",
+                    ));
+                }
+                out.file_search = Some(file_search(t, &at)?);
+            }
             Some(other) => {
                 return Err(ResponsesError::invalid(
                     format!("{at}.type"),
                     format!(
-                    "unsupported tool type '{other}'; this server runs `function` and `mcp` tools"
-                ),
+                        "unsupported tool type '{other}'; this server runs `function`, `mcp` and \
+                         `file_search` tools"
+                    ),
                 ))
             }
             None => {
                 return Err(ResponsesError::invalid(
                     format!("{at}.type"),
-                    "a tool needs a `type`: function or mcp",
+                    "a tool needs a `type`: function, mcp or file_search",
                 ))
             }
         }
@@ -176,6 +188,13 @@ fn mcp(t: &Value, at: &str) -> Result<McpSpec> {
     })
 }
 
+fn file_search(t: &Value, at: &str) -> Result<FileSearchTool> {
+    FileSearchTool::parse(t, at).map_err(|e| match e {
+        RagError::Invalid { param, message } => ResponsesError::invalid(param, message),
+        e => ResponsesError::invalid(at, e.to_string()),
+    })
+}
+
 /// A list of names, or `{"tool_names": [...]}`.
 fn names(v: &Value) -> Option<Vec<String>> {
     let list = match v {
@@ -208,7 +227,7 @@ pub fn tool_choice(v: Option<&Value>) -> Result<Option<Value>> {
     let bad = || {
         ResponsesError::invalid(
             "tool_choice",
-            "`tool_choice` must be \"none\", \"auto\", \"required\", {\"type\": \"function\", \"name\"} or {\"type\": \"mcp\", \"server_label\", \"name\"?}",
+            "`tool_choice` must be \"none\", \"auto\", \"required\", {\"type\": \"function\", \"name\"}, {\"type\": \"mcp\", \"server_label\", \"name\"?} or {\"type\": \"file_search\"}",
         )
     };
     match v {
@@ -224,6 +243,8 @@ pub fn tool_choice(v: Option<&Value>) -> Result<Option<Value>> {
                 json!({"type": "function", "function": {"name": name}}),
             )),
             (Some("mcp"), None) => Ok(Some(Value::String("required".into()))),
+            // The search runs before the model whenever the tool is given.
+            (Some("file_search"), None) => Ok(None),
             _ => Err(bad()),
         },
         Some(_) => Err(bad()),
@@ -310,6 +331,17 @@ mod tests {
         .expect("tools");
         assert_eq!(t.functions[0].name, "f");
         assert_eq!(t.mcp[0].approval, Approval::Never);
+        let t = parse(Some(&[
+            json!({"type": "file_search", "vector_store_ids": ["vs_1"],
+            "max_num_results": 3, "filters": {"type": "eq", "key": "a", "value": 1}}),
+        ]))
+        .expect("file_search");
+        let fs = t.file_search.expect("file_search");
+        assert_eq!((fs.store_ids.len(), fs.search.max_results), (1, 3));
+        let e = parse(Some(&[json!({"type": "file_search"})])).expect_err("no stores");
+        assert!(
+            matches!(e, ResponsesError::Invalid { ref param, .. } if param == "tools[0].vector_store_ids")
+        );
         let e = parse(Some(&[json!({"type": "web_search"})])).expect_err("type");
         assert!(matches!(e, ResponsesError::Invalid { ref param, .. } if param == "tools[0].type"));
         let e = parse(Some(&[

@@ -21,6 +21,7 @@ use crate::chat::{ChatRunner, ChatTurn, GenError, TurnUsage};
 use crate::conversation;
 use crate::error::{ResponsesError, Result};
 use crate::events::Emitter;
+use crate::file_search::{self, Sources};
 use crate::ids::new_id;
 use crate::mcp_tools::McpTools;
 use crate::round::{self, RoundEnd};
@@ -37,6 +38,8 @@ pub struct Turn {
     pub tools: Tools,
     pub tool_choice: Option<Value>,
     pub format: Option<ResponseFormat>,
+    /// Whether `file_search_call` items carry their results (`include`).
+    pub search_results: bool,
 }
 
 /// What running a turn needs besides the turn.
@@ -71,8 +74,22 @@ pub async fn run(
         .unwrap_or(ctx.max_tool_calls)
         .min(ctx.max_tool_calls);
     approved_calls(turn, &mcp, &mut output).await;
+    let sources = match file_search::run(turn, ctx.chat, &mut output).await {
+        Ok(s) => s,
+        Err(e) => {
+            mcp.close().await;
+            return Err(ResponsesError::Generate(e));
+        }
+    };
+    let rounds = Rounds {
+        turn,
+        ctx,
+        mcp: &mcp,
+        sources: sources.as_ref(),
+    };
+    let annotations = sources.as_ref().map(Sources::citations).unwrap_or_default();
     let mut usage = TurnUsage::default();
-    let first = match start(turn, ctx, &mcp, &output, usage, calls_left > 0, true).await {
+    let first = match rounds.start(&output, usage, calls_left > 0, true).await {
         Ok(t) => t,
         Err(e) => {
             mcp.close().await;
@@ -83,7 +100,16 @@ pub async fn run(
     announce(&mut response, em, &output).await;
     let mut chat = first;
     let end = loop {
-        let r = round::stream(chat, &turn.tools, &mcp, &mut output, em, cancel).await;
+        let r = round::stream(
+            chat,
+            &turn.tools,
+            &mcp,
+            &annotations,
+            &mut output,
+            em,
+            cancel,
+        )
+        .await;
         usage.add(r.usage);
         match r.end {
             RoundEnd::Finished { length: true } => break End::Incomplete("max_output_tokens"),
@@ -106,7 +132,7 @@ pub async fn run(
             break End::Cancelled;
         }
         // With the call budget spent, the model answers without MCP tools.
-        chat = match start(turn, ctx, &mcp, &output, usage, calls_left > 0, false).await {
+        chat = match rounds.start(&output, usage, calls_left > 0, false).await {
             Ok(t) => t,
             Err(e) => break End::Failed(e),
         };
@@ -160,6 +186,15 @@ async fn announce(response: &mut Response, em: &mut Emitter, items: &[Item]) {
     em.response("response.in_progress", response).await;
     for (i, item) in items.iter().enumerate() {
         em.item_added(i, item).await;
+        if let Item::FileSearchCall { id, .. } = item {
+            for stage in ["in_progress", "searching", "completed"] {
+                em.emit(
+                    &format!("response.file_search_call.{stage}"),
+                    json!({"item_id": id, "output_index": i}),
+                )
+                .await;
+            }
+        }
         em.item_done(i, item).await;
     }
 }
@@ -174,59 +209,72 @@ pub fn failed(mut response: Response, code: &str, message: &str) -> Response {
     response
 }
 
-/// Starts a model round over the conversation so far.
-async fn start(
-    turn: &Turn,
-    ctx: &RunContext<'_>,
-    mcp: &McpTools,
-    output: &[Item],
-    used: TurnUsage,
-    offer_mcp: bool,
-    first: bool,
-) -> std::result::Result<ChatTurn, GenError> {
-    let r = &turn.response;
-    let mut tools: Vec<_> = turn
-        .tools
-        .functions
-        .iter()
-        .cloned()
-        .map(chat_tool)
-        .collect();
-    if offer_mcp {
-        tools.extend(mcp.chat_tools().into_iter().filter(|t| {
-            !turn
-                .tools
-                .functions
-                .iter()
-                .any(|f| f.name == t.function.name)
-        }));
-    }
-    let max_tokens = r.max_output_tokens.map(|m| {
-        m.saturating_sub(u32::try_from(used.completion).unwrap_or(u32::MAX))
-            .max(1)
-    });
-    let request = ChatCompletionRequest {
-        model: Some(r.model.clone()),
-        messages: conversation::messages(
+/// What every model round of a turn starts from.
+struct Rounds<'a> {
+    turn: &'a Turn,
+    ctx: &'a RunContext<'a>,
+    mcp: &'a McpTools,
+    /// What `file_search` found, put before the question.
+    sources: Option<&'a Sources>,
+}
+
+impl Rounds<'_> {
+    /// Starts a model round over the conversation so far.
+    async fn start(
+        &self,
+        output: &[Item],
+        used: TurnUsage,
+        offer_mcp: bool,
+        first: bool,
+    ) -> std::result::Result<ChatTurn, GenError> {
+        let (turn, r) = (self.turn, &self.turn.response);
+        let mut messages = conversation::messages(
             r.instructions.as_deref(),
             turn.history.iter().chain(&turn.input).chain(output),
-        ),
-        // After a tool round the model answers freely: a forced choice would loop.
-        tool_choice: if first && !tools.is_empty() {
-            turn.tool_choice.clone()
-        } else {
-            None
-        },
-        parallel_tool_calls: Some(r.parallel_tool_calls),
-        tools: (!tools.is_empty()).then_some(tools),
-        response_format: turn.format.clone(),
-        max_completion_tokens: max_tokens,
-        temperature: r.temperature,
-        top_p: r.top_p,
-        user: r.user.clone(),
-        ..ChatCompletionRequest::default()
-    };
-    ctx.chat.start(&turn.caller, request).await
+        );
+        if let Some(s) = self.sources {
+            s.insert(&mut messages);
+        }
+        let mut tools: Vec<_> = turn
+            .tools
+            .functions
+            .iter()
+            .cloned()
+            .map(chat_tool)
+            .collect();
+        if offer_mcp {
+            tools.extend(self.mcp.chat_tools().into_iter().filter(|t| {
+                !turn
+                    .tools
+                    .functions
+                    .iter()
+                    .any(|f| f.name == t.function.name)
+            }));
+        }
+        let max_tokens = r.max_output_tokens.map(|m| {
+            m.saturating_sub(u32::try_from(used.completion).unwrap_or(u32::MAX))
+                .max(1)
+        });
+        let request = ChatCompletionRequest {
+            model: Some(r.model.clone()),
+            messages,
+            // After a tool round the model answers freely: a forced choice would loop.
+            tool_choice: if first && !tools.is_empty() {
+                turn.tool_choice.clone()
+            } else {
+                None
+            },
+            parallel_tool_calls: Some(r.parallel_tool_calls),
+            tools: (!tools.is_empty()).then_some(tools),
+            response_format: turn.format.clone(),
+            max_completion_tokens: max_tokens,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            user: r.user.clone(),
+            ..ChatCompletionRequest::default()
+        };
+        self.ctx.chat.start(&turn.caller, request).await
+    }
 }
 
 /// `mcp_call` items for the approvals in this request's input.

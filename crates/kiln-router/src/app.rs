@@ -41,6 +41,10 @@ pub fn app(state: RouterState) -> Router {
         .route("/v1/files/{*rest}", any(forward_files))
         .route("/v1/batches", any(forward_batches))
         .route("/v1/batches/{*rest}", any(forward_batches))
+        .route("/vectorize/v2/indexes", any(forward_vectors))
+        .route("/vectorize/v2/indexes/{*rest}", any(forward_vectors))
+        .route("/v1/vector_stores", any(forward_vectors))
+        .route("/v1/vector_stores/{*rest}", any(forward_vectors))
         .route("/v1/agents/{name}", any(forward_agent))
         .route("/v1/agents/{name}/{*rest}", any(forward_agent))
         .route("/v1/models", get(list_models))
@@ -111,6 +115,12 @@ async fn forward_files(State(state): State<RouterState>, req: Request) -> Respon
 /// The Batch API: to the node that keeps the caller's files and batches.
 async fn forward_batches(State(state): State<RouterState>, req: Request) -> Response {
     pinned_to_caller(&state, req, "batches").await
+}
+
+/// Vectorize and vector stores: to the node that keeps the caller's vector indexes
+/// (a store's vectors live in that node's index, beside its files).
+async fn forward_vectors(State(state): State<RouterState>, req: Request) -> Response {
+    pinned_to_caller(&state, req, "vector indexes").await
 }
 
 async fn pinned_to_caller(state: &RouterState, req: Request, what: &str) -> Response {

@@ -10,7 +10,7 @@ use kiln_http::body_deadline;
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
 use crate::routes::{
     admin, agents, batches, chat, completions, embeddings, files, health, metrics, models,
-    responses, tokenize, workers_ai,
+    responses, tokenize, vector_stores, vectorize, workers_ai,
 };
 use crate::state::AppState;
 
@@ -71,6 +71,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/batches", get(batches::list).post(batches::create))
         .route("/v1/batches/{id}", get(batches::retrieve))
         .route("/v1/batches/{id}/cancel", post(batches::cancel))
+        .nest("/vectorize/v2/indexes", vectorize_routes())
+        .nest("/v1/vector_stores", vector_store_routes())
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*model}", get(models::retrieve))
         .route("/tokenize", post(tokenize::tokenize))
@@ -116,6 +118,48 @@ pub fn app(state: AppState) -> Router {
         }))
         .with_state(state);
     cors.apply(app)
+}
+
+/// Vectorize's index routes, under `/vectorize/v2/indexes`.
+fn vectorize_routes() -> Router<AppState> {
+    use vectorize as v;
+    Router::new()
+        .route("/", get(v::list_indexes).post(v::create_index))
+        .route("/{name}", get(v::get_index).delete(v::delete_index))
+        .route("/{name}/info", get(v::info))
+        .route(
+            "/{name}/metadata_index/create",
+            post(v::create_metadata_index),
+        )
+        .route("/{name}/metadata_index/list", get(v::list_metadata_indexes))
+        .route(
+            "/{name}/metadata_index/delete",
+            post(v::delete_metadata_index),
+        )
+        .route("/{name}/insert", post(v::insert))
+        .route("/{name}/upsert", post(v::upsert))
+        .route("/{name}/query", post(v::query))
+        .route("/{name}/get_by_ids", post(v::get_by_ids))
+        .route("/{name}/delete_by_ids", post(v::delete_by_ids))
+}
+
+/// OpenAI's vector-store routes, under `/v1/vector_stores`.
+fn vector_store_routes() -> Router<AppState> {
+    use vector_stores as v;
+    Router::new()
+        .route("/", get(v::list).post(v::create))
+        .route("/{id}", get(v::retrieve).post(v::modify).delete(v::delete))
+        .route("/{id}/search", post(v::search))
+        .route("/{id}/files", get(v::list_files).post(v::attach))
+        .route(
+            "/{id}/files/{file_id}",
+            get(v::get_file).post(v::update_file).delete(v::detach),
+        )
+        .route("/{id}/files/{file_id}/content", get(v::file_content))
+        .route("/{id}/file_batches", post(v::create_batch))
+        .route("/{id}/file_batches/{batch}", get(v::get_batch))
+        .route("/{id}/file_batches/{batch}/cancel", post(v::cancel_batch))
+        .route("/{id}/file_batches/{batch}/files", get(v::list_batch_files))
 }
 
 /// The endpoints a batch line may run on, for `batch_runner`'s internal requests: no

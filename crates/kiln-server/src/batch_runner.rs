@@ -28,19 +28,19 @@ use crate::state::{AppState, Inner};
 pub const BATCHES_FILE: &str = "batches.sqlite3";
 
 /// Serves files and batches on `state` from `dir` and resumes the batches a restart
-/// cut (call on the runtime, before serving): how many resumed.
+/// cut (call on the runtime, before serving): how many resumed, and the file store.
 pub fn enable_batches(
     state: &AppState,
     dir: &Path,
     files: kiln_files::Limits,
     limits: Limits,
-) -> Result<usize> {
+) -> Result<(usize, Arc<FileStore>)> {
     let files = Arc::new(FileStore::open(dir, files)?);
     let store = BatchStore::open(&dir.join(BATCHES_FILE))?;
     let runner = Arc::new(ServerBatch(state.downgrade()));
-    let batches = Batches::new(store, files, runner, limits);
+    let batches = Batches::new(store, files.clone(), runner, limits);
     state.set_batches(batches.clone());
-    Ok(batches.start()?)
+    Ok((batches.start()?, files))
 }
 
 /// Runs batch lines on the server's routes. Holds the state weakly: the state owns the

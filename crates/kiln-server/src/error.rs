@@ -319,6 +319,48 @@ impl From<kiln_files::FileError> for ApiError {
     }
 }
 
+impl From<kiln_vectors::VectorError> for ApiError {
+    fn from(e: kiln_vectors::VectorError) -> Self {
+        use kiln_vectors::VectorError as V;
+        match e {
+            V::Invalid { param, message } => ApiError::invalid(param, message),
+            e @ V::NoIndex(_) => ApiError::NotFound {
+                message: e.to_string(),
+                param: Some("name".into()),
+            },
+            e @ V::NoMetadataIndex { .. } => ApiError::NotFound {
+                message: e.to_string(),
+                param: Some("propertyName".into()),
+            },
+            e @ V::IndexExists(_) => ApiError::invalid("name", e.to_string()),
+            e @ V::MetadataIndexExists { .. } => ApiError::invalid("propertyName", e.to_string()),
+            e => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+        }
+    }
+}
+
+impl From<kiln_rag::RagError> for ApiError {
+    fn from(e: kiln_rag::RagError) -> Self {
+        use kiln_rag::{EmbedError, RagError as R};
+        match e {
+            R::Invalid { param, message } => ApiError::invalid(param, message),
+            e @ R::NotFound { .. } => ApiError::NotFound {
+                message: e.to_string(),
+                param: None,
+            },
+            R::Embed(EmbedError::Input(message)) => ApiError::InvalidRequest {
+                param: None,
+                message,
+            },
+            R::Embed(EmbedError::Model(message)) => ApiError::Internal(without_paths(&message)),
+            R::Files(f) => ApiError::from(f),
+            R::Vectors(v) => ApiError::from(v),
+            e @ R::Db(_) => ApiError::StoreUnavailable(without_paths(&e.to_string())),
+            e => ApiError::Internal(without_paths(&e.to_string())),
+        }
+    }
+}
+
 impl From<kiln_agents::AgentError> for ApiError {
     fn from(e: kiln_agents::AgentError) -> Self {
         use kiln_agents::AgentError as A;
@@ -453,6 +495,10 @@ pub enum Error {
     Batches(#[from] kiln_batch::BatchError),
     #[error("file store: {0}")]
     Files(#[from] kiln_files::FileError),
+    #[error(transparent)]
+    Vectors(#[from] kiln_vectors::VectorError),
+    #[error(transparent)]
+    VectorStores(#[from] kiln_rag::RagError),
     #[error("data directory {}: {source}", .path.display())]
     DataDir {
         path: std::path::PathBuf,

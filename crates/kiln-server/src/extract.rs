@@ -34,22 +34,46 @@ impl FromRequest<AppState> for ApiBody {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         check_json_type(&req)?;
-        let (limit, timeout) = (state.config().body_limit, state.config().body_timeout);
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit }
-            } else if kiln_http::is_body_timeout(&e) {
-                ApiError::BodyTimeout {
-                    limit_s: timeout.as_secs(),
-                }
-            } else {
-                ApiError::InvalidJson {
-                    message: format!("cannot read the request body: {}", e.body_text()),
-                }
-            }
-        })?;
-        Ok(ApiBody(bytes))
+        Ok(ApiBody(read_body(req, state).await?))
     }
+}
+
+/// A newline-delimited JSON body (`application/x-ndjson`, or JSON, or no type) under
+/// the server's limit: Vectorize's insert and upsert.
+pub struct NdjsonBody(pub Bytes);
+
+impl FromRequest<AppState> for NdjsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let ndjson = req.headers().get(CONTENT_TYPE).is_some_and(|v| {
+            let t = v.to_str().unwrap_or_default();
+            let essence = t.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("application/x-ndjson")
+        });
+        if !ndjson {
+            check_json_type(&req)?;
+        }
+        Ok(NdjsonBody(read_body(req, state).await?))
+    }
+}
+
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    let (limit, timeout) = (state.config().body_limit, state.config().body_timeout);
+    let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else if kiln_http::is_body_timeout(&e) {
+            ApiError::BodyTimeout {
+                limit_s: timeout.as_secs(),
+            }
+        } else {
+            ApiError::InvalidJson {
+                message: format!("cannot read the request body: {}", e.body_text()),
+            }
+        }
+    })?;
+    Ok(bytes)
 }
 
 /// 415 unless the request says its body is JSON (`application/json`, or any

@@ -25,6 +25,7 @@
 mod app;
 mod auth;
 mod batch_runner;
+mod chat_file_search;
 pub mod cutoff;
 pub mod encoder;
 pub mod error;
@@ -34,6 +35,7 @@ mod logprobs;
 pub mod metrics;
 pub mod middleware;
 pub mod prompt;
+mod rag_embedder;
 mod responses_chat;
 mod routes;
 pub mod serve;

@@ -1,6 +1,7 @@
 //! The Responses API's and the agents' model rounds, run as chat completions:
 //! `kiln-responses`' [`ChatRunner`] over [`routes::chat::start`], streaming text and
-//! parsed tool calls; and setting both services up on a server's state.
+//! parsed tool calls, and its `file_search` over the vector stores; and setting both
+//! services up on a server's state.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -12,6 +13,7 @@ use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
 use kiln_http::OpenAiError;
+use kiln_rag::{Hit, Search};
 use kiln_responses::{
     ChatRunner, ChatTurn, Finish, GenError, Limits, ResponseStore, Responses, TurnEvent, TurnUsage,
 };
@@ -65,6 +67,24 @@ impl ChatRunner for ServerChat {
             let (tx, events) = mpsc::channel(64);
             tokio::spawn(pump(started, state, tx));
             Ok(ChatTurn { model, events })
+        })
+    }
+
+    fn file_search(
+        &self,
+        caller: &Caller,
+        store_ids: Vec<String>,
+        search: Search,
+    ) -> BoxFuture<'static, Result<Vec<Hit>, GenError>> {
+        let state = self.0.upgrade().map(AppState::from_inner);
+        let caller = caller.clone();
+        Box::pin(async move {
+            let state = state.ok_or_else(|| gen_error(ApiError::ShuttingDown))?;
+            let stores = state.vector_stores().map_err(gen_error)?.clone();
+            stores
+                .search(&caller, &store_ids, &search)
+                .await
+                .map_err(|e| gen_error(e.into()))
         })
     }
 }

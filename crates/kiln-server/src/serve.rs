@@ -50,12 +50,16 @@ pub struct ServeOptions {
     pub files: kiln_files::Limits,
     /// Batch lines in flight and batch sizes.
     pub batches: kiln_batch::Limits,
+    /// Caps of Vectorize indexes and queries.
+    pub vectors: kiln_vectors::Limits,
 }
 
 /// The response store's file in the data directory.
 pub const RESPONSES_FILE: &str = "responses.sqlite3";
 /// The agents' directory (one file per agent) in the data directory.
 pub const AGENTS_DIR: &str = "agents";
+/// The vector indexes' directory in the data directory.
+pub const VECTORS_DIR: &str = "vectors";
 
 /// Serves `models` until `shutdown` completes, then shuts down gracefully.
 pub async fn run(
@@ -93,8 +97,13 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
     let agents = dir.join(AGENTS_DIR);
     let armed = enable_agents(state, agents.clone(), opts.responses.clone()).unwrap_or(0);
     tracing::info!(path = %agents.display(), armed, "agents");
-    let resumed = enable_batches(state, dir, opts.files, opts.batches.clone())?;
+    let (resumed, files) = enable_batches(state, dir, opts.files, opts.batches.clone())?;
     tracing::info!(resumed, "files and batches");
+    let vectors = dir.join(VECTORS_DIR);
+    let db = kiln_vectors::VectorDb::open(&vectors, opts.vectors, Default::default())?;
+    state.set_vectors(db.clone());
+    crate::rag_embedder::enable_vector_stores(state, dir, db, files)?;
+    tracing::info!(path = %vectors.display(), "vector indexes and stores");
     Ok(Some(lock))
 }
 

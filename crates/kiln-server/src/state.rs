@@ -13,8 +13,10 @@ use kiln_host::{
     AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
 };
 use kiln_http::{ConnectionLimits, CorsPolicy};
+use kiln_rag::VectorStores;
 use kiln_responses::Responses;
 use kiln_usage::Meter;
+use kiln_vectors::VectorDb;
 
 use crate::cutoff::{Cutoff, CutoffSignal};
 use crate::error::{ApiError, Result};
@@ -118,6 +120,10 @@ pub(crate) struct Inner {
     agents: OnceLock<Arc<Agents>>,
     /// Files and batches, once `batch_runner::enable_batches` gave them a directory.
     batches: OnceLock<Arc<Batches>>,
+    /// Vector indexes, once `serve` gave them a directory.
+    vectors: OnceLock<VectorDb>,
+    /// Vector stores, once `rag_embedder::enable_vector_stores` set them up.
+    vector_stores: OnceLock<VectorStores>,
 }
 
 impl AppState {
@@ -142,6 +148,8 @@ impl AppState {
             responses: OnceLock::new(),
             agents: OnceLock::new(),
             batches: OnceLock::new(),
+            vectors: OnceLock::new(),
+            vector_stores: OnceLock::new(),
         })))
     }
 
@@ -175,6 +183,34 @@ impl AppState {
         self.0.batches.get().ok_or_else(|| {
             ApiError::StoreUnavailable(
                 "files and batches need a data directory; start the server with --data-dir".into(),
+            )
+        })
+    }
+
+    /// Serves vector indexes from `db` (once, before serving).
+    pub(crate) fn set_vectors(&self, db: VectorDb) -> bool {
+        self.0.vectors.set(db).is_ok()
+    }
+
+    /// The vector indexes, when the server has a data directory.
+    pub fn vectors(&self) -> std::result::Result<&VectorDb, ApiError> {
+        self.0.vectors.get().ok_or_else(|| {
+            ApiError::StoreUnavailable(
+                "vector indexes need a data directory; start the server with --data-dir".into(),
+            )
+        })
+    }
+
+    /// Serves vector stores from `stores` (once, before serving).
+    pub(crate) fn set_vector_stores(&self, stores: VectorStores) -> bool {
+        self.0.vector_stores.set(stores).is_ok()
+    }
+
+    /// The vector stores, when the server has a data directory.
+    pub fn vector_stores(&self) -> std::result::Result<&VectorStores, ApiError> {
+        self.0.vector_stores.get().ok_or_else(|| {
+            ApiError::StoreUnavailable(
+                "vector stores need a data directory; start the server with --data-dir".into(),
             )
         })
     }

@@ -330,6 +330,7 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
         responses: Default::default(),
         files: Default::default(),
         batches: Default::default(),
+        vectors: Default::default(),
     };
     // A lone model is pinned, so its failure ends `serve` instead of waiting forever.
     let result = tokio::time::timeout(

@@ -112,6 +112,18 @@ impl Embedder {
         self.max_tokens
     }
 
+    /// Most tokens of text one input may have: [`Embedder::max_tokens`] less the
+    /// special tokens the tokenizer adds.
+    pub fn max_text_tokens(&self) -> usize {
+        self.max_tokens.saturating_sub(self.tokenizer.n_special())
+    }
+
+    /// The byte range in `text` of each of its tokens (special tokens left out), for
+    /// cutting a long text into pieces the model reads whole.
+    pub fn token_spans(&self, text: &str) -> Result<Vec<std::ops::Range<usize>>> {
+        self.tokenizer.spans(text)
+    }
+
     /// Whether vectors are L2-normalised (the pipeline ends in `Normalize`).
     pub fn normalizes(&self) -> bool {
         self.normalize

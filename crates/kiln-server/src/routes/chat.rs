@@ -17,8 +17,9 @@ use kiln_host::{ChoiceEvent, Generation, HostedModel};
 use kiln_tokenizer::Tokenizer;
 
 use super::{admit, collect, finish_reason};
+use crate::chat_file_search::{self, Parsed};
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::ApiBody;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
 use crate::prompt::{self, blocking};
@@ -32,8 +33,16 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
     ctx: CallContext,
-    ApiJson(req): ApiJson<ChatCompletionRequest>,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
+    let Parsed {
+        request: mut req,
+        file_search,
+    } = chat_file_search::parse_request(&body)?;
+    let annotations = match &file_search {
+        Some(tool) => Some(chat_file_search::apply(&state, &ctx, tool, &mut req).await?),
+        None => None,
+    };
     let ChatStart {
         gen,
         model,
@@ -58,6 +67,7 @@ pub async fn chat_completions(
             tokenizer: model.tokenizer.clone(),
             tools: parse_tools
                 .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
+            annotations,
         };
         return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
     }
@@ -80,6 +90,7 @@ pub async fn chat_completions(
                     content,
                     refusal: None,
                     tool_calls,
+                    annotations: annotations.clone(),
                 },
             }
         })
@@ -211,6 +222,8 @@ struct ChatFormat {
     tokenizer: Arc<Tokenizer>,
     /// Per choice, when the output is parsed for tool calls.
     tools: Option<Vec<ToolStream>>,
+    /// What a server-side `file_search` cites, sent on each choice's first chunk.
+    annotations: Option<Vec<serde_json::Value>>,
 }
 
 impl ChatFormat {
@@ -274,6 +287,7 @@ impl ChunkFormat for ChatFormat {
                 role: Some("assistant".into()),
                 content: Some(String::new()),
                 tool_calls: None,
+                annotations: self.annotations.clone(),
             };
             out.push(self.chunk(vec![choice(i, delta, None, None)], None));
         }

@@ -13,6 +13,8 @@ pub mod metrics;
 pub mod models;
 pub mod responses;
 pub mod tokenize;
+pub mod vector_stores;
+pub mod vectorize;
 pub mod workers_ai;
 pub mod workers_ai_encoders;
 pub mod workers_ai_queue;

@@ -1,6 +1,6 @@
 //! State that lives on one node: each agent is placed by its name on the ring and
 //! every request for it reaches that node, and a key's stored responses (with their
-//! chains), files and batches stay on one node.
+//! chains), files, batches, vector indexes and vector stores stay on one node.
 
 use std::collections::BTreeSet;
 
@@ -160,5 +160,36 @@ fn each_agent_lives_on_one_node_and_response_chains_hold() {
             assert!(std::time::Instant::now() < deadline, "{b}");
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+        // The key's vector indexes live on the same node: every call lands there.
+        let v = format!("{base}/vectorize/v2/indexes");
+        let calls = [
+            (
+                reqwest::Method::POST,
+                v.clone(),
+                Some(json!({"name": "docs", "config": {"dimensions": 2, "metric": "euclidean"}})),
+            ),
+            (
+                reqwest::Method::POST,
+                format!("{v}/docs/upsert"),
+                Some(json!({"id": "a", "values": [1.0, 2.0]})),
+            ),
+            (
+                reqwest::Method::GET,
+                format!("{base}/v1/vector_stores"),
+                None,
+            ),
+            (
+                reqwest::Method::POST,
+                format!("{v}/docs/query"),
+                Some(json!({"vector": [1.0, 2.0], "topK": 1})),
+            ),
+        ];
+        let mut last = Value::Null;
+        for (method, url, body) in calls {
+            let (status, node, b) = send(method, &url, body).await;
+            assert_eq!((status, node.as_str()), (200, n1.as_str()), "{url}: {b}");
+            last = b;
+        }
+        assert_eq!(last["result"]["matches"][0]["id"], "a", "{last}");
     });
 }

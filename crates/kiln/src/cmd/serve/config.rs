@@ -50,6 +50,9 @@ pub struct FileConfig {
     /// Seconds.
     pub upload_timeout: Option<f64>,
     pub batch_concurrency: Option<usize>,
+    pub vector_max_dimensions: Option<usize>,
+    pub vector_max_top_k: Option<usize>,
+    pub vector_max_metadata_bytes: Option<usize>,
     pub batch_step_tokens: Option<usize>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.

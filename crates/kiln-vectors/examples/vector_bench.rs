@@ -1,0 +1,150 @@
+//! The vector index's benchmark: N vectors of D dimensions written through
+//! `VectorDb::write` (SQLite, then the graph), the graph rebuilt from SQLite as after a
+//! restart, then recall@10 against brute force and query latency, unfiltered and with a
+//! selective (1%) and a broad (50%) metadata filter.
+//!
+//! `cargo run --release -p kiln-vectors --example vector_bench -- N D clustered|uniform`
+
+use std::time::Instant;
+
+use kiln_vectors::{
+    Filter, GraphParams, Limits, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorRecord,
+    WriteMode,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..dims)
+        .map(|d| around.map_or(0.0, |c| c[d]) + noise * (rng.random::<f32>() * 2.0 - 1.0))
+        .collect();
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+fn data(n: usize, dims: usize, clustered: bool, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let centres: Vec<Vec<f32>> = (0..1000).map(|_| unit(&mut rng, dims, None, 1.0)).collect();
+    (0..n)
+        .map(|i| {
+            if clustered {
+                unit(&mut rng, dims, Some(&centres[(i * 7919) % 1000]), 0.08)
+            } else {
+                unit(&mut rng, dims, None, 1.0)
+            }
+        })
+        .collect()
+}
+
+fn exact(q: &[f32], all: &[Vec<f32>], admit: impl Fn(usize) -> bool) -> Vec<usize> {
+    let mut s: Vec<(f32, usize)> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| admit(*i))
+        .map(|(i, v)| (q.iter().zip(v).map(|(a, b)| a * b).sum(), i))
+        .collect();
+    s.sort_by(|a, b| b.0.total_cmp(&a.0));
+    s.into_iter().take(10).map(|x| x.1).collect()
+}
+
+fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// A query case: its name, its filter, and which vector indexes pass it.
+type Case = (&'static str, Option<serde_json::Value>, fn(usize) -> bool);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let dims: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(384);
+    let clustered = args.get(3).is_none_or(|a| a == "clustered");
+    let dir = tempfile::tempdir().expect("tmp");
+    let params = GraphParams::default();
+    // Queries come from the same distribution (the same topics), not in the index.
+    let mut all = data(n + 200, dims, clustered, 1);
+    let queries = all.split_off(n);
+    let setup = |db: &VectorDb| {
+        db.create_index("k", "bench", dims, Metric::Cosine, None)
+            .expect("create");
+        db.create_metadata_index("k", "bench", "bucket", MetaType::Number)
+            .expect("meta");
+    };
+    {
+        let db = VectorDb::open(dir.path(), Limits::default(), params).expect("open");
+        setup(&db);
+        let t = Instant::now();
+        for (c, chunk) in all.chunks(5000).enumerate() {
+            let recs: Vec<VectorRecord> = chunk
+                .iter()
+                .enumerate()
+                .map(|(j, v)| {
+                    let i = c * 5000 + j;
+                    VectorRecord {
+                        id: format!("v{i}"),
+                        values: v.clone(),
+                        namespace: None,
+                        metadata: json!({"bucket": i % 100}).as_object().cloned(),
+                    }
+                })
+                .collect();
+            db.write("k", "bench", &recs, WriteMode::Upsert)
+                .expect("write");
+        }
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "write {n} x {dims}: {s:.1} s ({:.0} vectors/s, committed and in the graph)",
+            n as f64 / s
+        );
+    }
+    let db = VectorDb::open(dir.path(), Limits::default(), params).expect("reopen");
+    let id = |m: &kiln_vectors::Match| m.id[1..].parse::<usize>().unwrap_or(usize::MAX);
+    let q0 = |v: &[f32], filter: Option<Filter>| Query {
+        vector: v.to_vec(),
+        top_k: 10,
+        namespace: None,
+        filter,
+        return_values: false,
+        return_metadata: ReturnMetadata::None,
+    };
+    let t = Instant::now();
+    db.query("k", "bench", &q0(&queries[0], None))
+        .expect("first query");
+    println!(
+        "graph rebuilt from SQLite at first use: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let cases: [Case; 3] = [
+        ("unfiltered", None, |_| true),
+        ("filter 1% (bucket = 3)", Some(json!({"bucket": 3})), |i| {
+            i % 100 == 3
+        }),
+        (
+            "filter 50% (bucket < 50)",
+            Some(json!({"bucket": {"$lt": 50}})),
+            |i| i % 100 < 50,
+        ),
+    ];
+    for (name, f, admit) in cases {
+        let (mut lat, mut hits) = (Vec::new(), 0);
+        for q in &queries {
+            let filter = f
+                .as_ref()
+                .map(|f| Filter::from_vectorize(f).expect("filter"));
+            let t = Instant::now();
+            let got = db.query("k", "bench", &q0(q, filter)).expect("query");
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            let want = exact(q, &all, admit);
+            hits += got.iter().filter(|m| want.contains(&id(m))).count();
+        }
+        println!(
+            "{name}: recall@10 {:.3}, p50 {:.2} ms, p99 {:.2} ms",
+            hits as f64 / (queries.len() * 10) as f64,
+            pct(lat.clone(), 0.5),
+            pct(lat, 0.99)
+        );
+    }
+}

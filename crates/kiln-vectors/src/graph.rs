@@ -1,0 +1,108 @@
+//! The approximate-search graph behind a small trait, so the ANN library (usearch
+//! today) can change without touching storage or queries. Keys are the vectors' row
+//! keys in SQLite.
+
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use crate::error::{Result, VectorError};
+use crate::limits::GraphParams;
+use crate::metric::Metric;
+
+/// An HNSW graph over one index's vectors.
+pub(crate) trait AnnGraph: Send + Sync {
+    /// Makes room for `total` vectors before adding them.
+    fn reserve(&self, total: usize) -> Result<()>;
+    fn add(&self, key: u64, vector: &[f32]) -> Result<()>;
+    fn remove(&self, key: u64) -> Result<()>;
+    /// Up to `k` (key, distance) pairs, closest first, among keys `admit` accepts.
+    fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        admit: Option<&dyn Fn(u64) -> bool>,
+    ) -> Result<Vec<(u64, f32)>>;
+    /// The vector stored under `key`, into `out`; false if absent.
+    fn get(&self, key: u64, out: &mut [f32]) -> bool;
+    fn len(&self) -> usize;
+}
+
+/// usearch's HNSW, f32 storage.
+pub(crate) struct Usearch {
+    index: Index,
+}
+
+/// Concurrent operations usearch keeps a context for; a call beyond them fails, so
+/// this is well above the blocking threads that query one index at once.
+const THREADS: usize = 64;
+
+fn graph_err(e: impl std::fmt::Display) -> VectorError {
+    VectorError::Graph(e.to_string())
+}
+
+impl Usearch {
+    pub(crate) fn new(dimensions: usize, metric: Metric, params: &GraphParams) -> Result<Self> {
+        let options = IndexOptions {
+            dimensions,
+            metric: match metric {
+                Metric::Cosine => MetricKind::Cos,
+                Metric::Euclidean => MetricKind::L2sq,
+                Metric::DotProduct => MetricKind::IP,
+            },
+            quantization: ScalarKind::F32,
+            connectivity: params.connectivity,
+            expansion_add: params.expansion_add,
+            expansion_search: params.expansion_search,
+            multi: false,
+        };
+        Ok(Self {
+            index: Index::new(&options).map_err(graph_err)?,
+        })
+    }
+}
+
+impl AnnGraph for Usearch {
+    fn reserve(&self, total: usize) -> Result<()> {
+        if total > self.index.capacity() {
+            // Grow geometrically: a reserve copies the graph's node table.
+            let want = total.max(self.index.capacity() * 3 / 2).max(1024);
+            self.index
+                .reserve_capacity_and_threads(want, THREADS)
+                .map_err(graph_err)?;
+        }
+        Ok(())
+    }
+
+    fn add(&self, key: u64, vector: &[f32]) -> Result<()> {
+        self.index.add(key, vector).map_err(graph_err)
+    }
+
+    fn remove(&self, key: u64) -> Result<()> {
+        self.index.remove(key).map(drop).map_err(graph_err)
+    }
+
+    fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        admit: Option<&dyn Fn(u64) -> bool>,
+    ) -> Result<Vec<(u64, f32)>> {
+        if k == 0 || self.index.size() == 0 {
+            return Ok(Vec::new());
+        }
+        // usearch widens its candidate list to `k` itself when `k` is larger.
+        let m = match admit {
+            None => self.index.search(query, k),
+            Some(f) => self.index.filtered_search(query, k, f),
+        }
+        .map_err(graph_err)?;
+        Ok(m.keys.into_iter().zip(m.distances).collect())
+    }
+
+    fn get(&self, key: u64, out: &mut [f32]) -> bool {
+        matches!(self.index.get(key, out), Ok(n) if n > 0)
+    }
+
+    fn len(&self) -> usize {
+        self.index.size()
+    }
+}

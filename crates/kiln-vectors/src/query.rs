@@ -1,0 +1,232 @@
+//! Reads: nearest-neighbour queries (filter first, then top-K) and reads by id.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::params_from_iter;
+use rusqlite::types::Value as SqlValue;
+use serde_json::{Map, Value};
+
+use crate::db::{sql_err, IndexRow, VectorDb};
+use crate::error::{Result, VectorError};
+use crate::record::{Match, Query, ReturnMetadata, VectorRecord};
+use crate::schema::decode;
+
+impl VectorDb {
+    /// The `top_k` vectors closest to `q.vector` among those in `q.namespace` that
+    /// `q.filter` admits, closest first.
+    pub fn query(&self, owner: &str, name: &str, q: &Query) -> Result<Vec<Match>> {
+        let inner = &self.inner;
+        let limits = &inner.limits;
+        let row = inner.row(&inner.conn(), owner, name)?;
+        let payload = q.return_values || q.return_metadata == ReturnMetadata::All;
+        let max = if payload {
+            limits.max_top_k_with_payload
+        } else {
+            limits.max_top_k
+        };
+        if q.top_k == 0 || q.top_k > max {
+            return Err(VectorError::invalid(
+                "topK",
+                format!(
+                    "`topK` must be between 1 and {max}{}, not {}",
+                    if payload {
+                        " when values or all metadata are returned"
+                    } else {
+                        ""
+                    },
+                    q.top_k
+                ),
+            ));
+        }
+        let dims = row.desc.dimensions;
+        if q.vector.len() != dims {
+            return Err(VectorError::invalid(
+                "vector",
+                format!(
+                    "the query vector has {} dimensions; index '{name}' has {dims}",
+                    q.vector.len()
+                ),
+            ));
+        }
+        if q.vector.iter().any(|v| !v.is_finite()) {
+            return Err(VectorError::invalid(
+                "vector",
+                "the query vector has a value that is not a finite number",
+            ));
+        }
+        let live = inner.live(&row);
+        let guard = live.read(&inner.conn, &row.shape(), &inner.params)?;
+        let Some(graph) = guard.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let metric = row.desc.metric;
+        let scored: Vec<(u64, f32)> = match self.candidates(&row, q)? {
+            Candidates::All => graph
+                .search(&q.vector, q.top_k, None)?
+                .into_iter()
+                .map(|(k, d)| (k, metric.score_of_distance(d)))
+                .collect(),
+            Candidates::Few(keys) => {
+                let mut buf = vec![0f32; dims];
+                let mut s: Vec<(u64, f32)> = Vec::with_capacity(keys.len());
+                for k in keys {
+                    if graph.get(k, &mut buf) {
+                        s.push((k, metric.score(&q.vector, &buf)));
+                    }
+                }
+                s.sort_by(|a, b| metric.closer_first(a.1, b.1));
+                s.truncate(q.top_k);
+                s
+            }
+            Candidates::Many(keys) => {
+                // A predicate that rejects part of the graph leaves fewer candidates per
+                // step; widen the search by the inverse of the share admitted.
+                let ef = inner.params.expansion_search;
+                let widened = (ef * graph.len()).div_ceil(keys.len().max(1));
+                let want = widened.clamp(q.top_k, 4 * ef);
+                let mut found = graph.search(&q.vector, want, Some(&|k| keys.contains(&k)))?;
+                found.truncate(q.top_k);
+                found
+                    .into_iter()
+                    .map(|(k, d)| (k, metric.score_of_distance(d)))
+                    .collect()
+            }
+        };
+        drop(guard);
+        let mut rows = self.rows_by_key(&row, scored.iter().map(|s| s.0), q.return_values)?;
+        Ok(scored
+            .into_iter()
+            .filter_map(|(key, score)| {
+                let (rec, _) = rows.remove(&key)?;
+                Some(Match {
+                    id: rec.id,
+                    score,
+                    namespace: rec.namespace,
+                    values: q.return_values.then_some(rec.values),
+                    metadata: metadata_view(&row, rec.metadata, q.return_metadata),
+                })
+            })
+            .collect())
+    }
+
+    /// The stored vectors with these ids, in the order asked (missing ids left out).
+    pub fn get_by_ids(&self, owner: &str, name: &str, ids: &[String]) -> Result<Vec<VectorRecord>> {
+        let conn = self.inner.conn();
+        let row = self.inner.row(&conn, owner, name)?;
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, namespace, vals, metadata FROM vectors WHERE index_id = ?1 AND id = ?2",
+            )
+            .map_err(sql_err)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let mut rows = stmt.query(rusqlite::params![row.id, id]).map_err(sql_err)?;
+            if let Some(r) = rows.next().map_err(sql_err)? {
+                out.push(record(r, true).map_err(sql_err)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which vectors a query may return: all (no namespace or filter), a few to score
+    /// exactly, or many to admit during the graph search.
+    fn candidates(&self, row: &IndexRow, q: &Query) -> Result<Candidates> {
+        if q.namespace.is_none() && q.filter.is_none() {
+            return Ok(Candidates::All);
+        }
+        let mut params = vec![SqlValue::Integer(row.id)];
+        let mut cond = String::from("index_id = ?");
+        if let Some(ns) = &q.namespace {
+            cond.push_str(" AND namespace = ?");
+            params.push(SqlValue::Text(ns.clone()));
+        }
+        if let Some(f) = &q.filter {
+            cond.push_str(" AND ");
+            cond.push_str(&f.to_sql(&|p| row.column(p), &mut params));
+        }
+        let few = self.inner.params.exact_scan_max;
+        let conn = self.inner.conn();
+        let mut stmt = conn
+            .prepare(&format!("SELECT key FROM vectors WHERE {cond}"))
+            .map_err(sql_err)?;
+        let mut rows = stmt.query(params_from_iter(params)).map_err(sql_err)?;
+        let mut keys = Vec::new();
+        while let Some(r) = rows.next().map_err(sql_err)? {
+            keys.push(r.get::<_, i64>(0).map_err(sql_err)? as u64);
+        }
+        Ok(if keys.len() <= few {
+            Candidates::Few(keys)
+        } else {
+            Candidates::Many(keys.into_iter().collect())
+        })
+    }
+
+    /// Rows by graph key: the record and its key.
+    fn rows_by_key(
+        &self,
+        row: &IndexRow,
+        keys: impl Iterator<Item = u64>,
+        values: bool,
+    ) -> Result<HashMap<u64, (VectorRecord, u64)>> {
+        let keys: Vec<i64> = keys.map(|k| k as i64).collect();
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let conn = self.inner.conn();
+        let marks = vec!["?"; keys.len()].join(",");
+        let mut stmt = conn
+            .prepare(&format!(
+                // `+index_id`: look rows up by key; an index on `index_id` would scan them all.
+                "SELECT id, namespace, {}, metadata, key FROM vectors WHERE key IN ({marks}) AND +index_id = {}",
+                if values { "vals" } else { "NULL" },
+                row.id
+            ))
+            .map_err(sql_err)?;
+        let mut rows = stmt.query(params_from_iter(keys)).map_err(sql_err)?;
+        let mut out = HashMap::new();
+        while let Some(r) = rows.next().map_err(sql_err)? {
+            let key = r.get::<_, i64>(4).map_err(sql_err)? as u64;
+            out.insert(key, (record(r, values).map_err(sql_err)?, key));
+        }
+        Ok(out)
+    }
+}
+
+enum Candidates {
+    All,
+    Few(Vec<u64>),
+    Many(HashSet<u64>),
+}
+
+fn record(r: &rusqlite::Row<'_>, values: bool) -> rusqlite::Result<VectorRecord> {
+    let vals: Option<Vec<u8>> = if values { r.get(2)? } else { None };
+    let meta: Option<String> = r.get(3)?;
+    Ok(VectorRecord {
+        id: r.get(0)?,
+        namespace: r.get(1)?,
+        values: vals.map(|v| decode(&v)).unwrap_or_default(),
+        metadata: meta.and_then(|m| serde_json::from_str(&m).ok()),
+    })
+}
+
+/// The metadata a match returns: none, only indexed properties, or all.
+fn metadata_view(
+    row: &IndexRow,
+    meta: Option<Map<String, Value>>,
+    which: ReturnMetadata,
+) -> Option<Map<String, Value>> {
+    match which {
+        ReturnMetadata::None => None,
+        ReturnMetadata::All => Some(meta.unwrap_or_default()),
+        ReturnMetadata::Indexed => {
+            let meta = meta.unwrap_or_default();
+            let mut out = Map::new();
+            for (m, _) in &row.slots {
+                if let Some(v) = crate::filter::property(&meta, &m.property) {
+                    out.insert(m.property.clone(), v.clone());
+                }
+            }
+            Some(out)
+        }
+    }
+}

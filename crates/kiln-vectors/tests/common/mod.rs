@@ -1,0 +1,49 @@
+//! Shared helpers: seeded data and a database in a temporary directory.
+
+#![allow(dead_code)]
+
+use kiln_vectors::{GraphParams, Limits, VectorDb};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+pub fn open(dir: &std::path::Path) -> VectorDb {
+    VectorDb::open(dir, Limits::default(), GraphParams::default()).expect("open")
+}
+
+/// `n` unit vectors of `dims` around `clusters` random centres (embeddings cluster by
+/// topic; uniform noise in high dimensions has no neighbours worth finding).
+pub fn clustered(n: usize, dims: usize, clusters: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| unit(&mut rng, dims, None, 1.0))
+        .collect();
+    (0..n)
+        .map(|i| unit(&mut rng, dims, Some(&centres[i % clusters]), 0.08))
+        .collect()
+}
+
+fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..dims)
+        .map(|d| around.map_or(0.0, |c| c[d]) + noise * (rng.random::<f32>() * 2.0 - 1.0))
+        .collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// The exact top `k` ids among `(id, vector)` by cosine.
+pub fn exact_top<'a>(
+    q: &[f32],
+    items: impl Iterator<Item = (&'a String, &'a Vec<f32>)>,
+    k: usize,
+) -> Vec<String> {
+    let mut s: Vec<(f32, &String)> = items.map(|(id, v)| (cosine(q, v), id)).collect();
+    s.sort_by(|a, b| b.0.total_cmp(&a.0));
+    s.into_iter().take(k).map(|(_, id)| id.clone()).collect()
+}
