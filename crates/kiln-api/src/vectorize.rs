@@ -20,6 +20,10 @@ pub struct CreateIndex {
 pub struct IndexConfig {
     pub dimensions: u64,
     pub metric: String,
+    /// Kiln's extension: where the vectors live, `embedded` (the default) or `qdrant`
+    /// (on a server started with `--qdrant-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// An index as Vectorize describes it.

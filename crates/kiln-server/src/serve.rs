@@ -52,6 +52,8 @@ pub struct ServeOptions {
     pub batches: kiln_batch::Limits,
     /// Caps of Vectorize indexes and queries.
     pub vectors: kiln_vectors::Limits,
+    /// The remote engine indexes may be created on (`config.backend`), if any.
+    pub vector_remote: Option<std::sync::Arc<dyn kiln_vectors::RemoteIndexes>>,
 }
 
 /// The response store's file in the data directory.
@@ -100,7 +102,12 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
     let (resumed, files) = enable_batches(state, dir, opts.files, opts.batches.clone())?;
     tracing::info!(resumed, "files and batches");
     let vectors = dir.join(VECTORS_DIR);
-    let db = kiln_vectors::VectorDb::open(&vectors, opts.vectors, Default::default())?;
+    let db = kiln_vectors::VectorDb::open_with_remote(
+        &vectors,
+        opts.vectors,
+        Default::default(),
+        opts.vector_remote.clone(),
+    )?;
     state.set_vectors(db.clone());
     crate::rag_embedder::enable_vector_stores(state, dir, db, files)?;
     tracing::info!(path = %vectors.display(), "vector indexes and stores");

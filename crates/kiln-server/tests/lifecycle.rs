@@ -331,6 +331,7 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
         files: Default::default(),
         batches: Default::default(),
         vectors: Default::default(),
+        vector_remote: None,
     };
     // A lone model is pinned, so its failure ends `serve` instead of waiting forever.
     let result = tokio::time::timeout(

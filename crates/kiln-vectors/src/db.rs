@@ -14,7 +14,8 @@ use crate::filter::Filter;
 use crate::limits::{GraphParams, Limits};
 use crate::live::{LiveIndex, LiveSet, Shape};
 use crate::metric::Metric;
-use crate::record::{IndexDesc, IndexInfo, MetaType, MetadataIndex, Mutation};
+use crate::record::{IndexDesc, IndexInfo, MetaType, MetadataIndex, Mutation, EMBEDDED};
+use crate::remote::{collection, RemoteIndexes};
 use crate::schema::{DB_FILE, SCHEMA, SLOTS};
 
 /// An index's row.
@@ -55,6 +56,8 @@ pub(crate) struct Inner {
     pub(crate) limits: Limits,
     pub(crate) params: GraphParams,
     pub(crate) live: LiveSet,
+    /// The engine of remote indexes, when the server has one.
+    pub(crate) remote: Option<Arc<dyn RemoteIndexes>>,
     _lock: File,
 }
 
@@ -65,6 +68,16 @@ pub(crate) fn sql_err(e: rusqlite::Error) -> VectorError {
 impl VectorDb {
     /// Opens (creating) the database in `dir`, locking the directory.
     pub fn open(dir: &Path, limits: Limits, params: GraphParams) -> Result<Self> {
+        Self::open_with_remote(dir, limits, params, None)
+    }
+
+    /// Like [`VectorDb::open`], with `remote` for indexes created on it.
+    pub fn open_with_remote(
+        dir: &Path,
+        limits: Limits,
+        params: GraphParams,
+        remote: Option<Arc<dyn RemoteIndexes>>,
+    ) -> Result<Self> {
         let lock = kiln_db::lock_dir(dir).map_err(|e| VectorError::Graph(e.to_string()))?;
         let path: PathBuf = dir.join(DB_FILE);
         let conn = kiln_db::open(&path, &SCHEMA)?;
@@ -76,6 +89,7 @@ impl VectorDb {
                 limits,
                 params,
                 live: LiveSet::default(),
+                remote,
                 _lock: lock,
             }),
         })
@@ -93,7 +107,21 @@ impl VectorDb {
         metric: Metric,
         description: Option<&str>,
     ) -> Result<IndexDesc> {
+        self.create_index_on(owner, name, dimensions, metric, description, EMBEDDED)
+    }
+
+    /// Creates an index on `backend`: [`EMBEDDED`] or the remote engine's name.
+    pub fn create_index_on(
+        &self,
+        owner: &str,
+        name: &str,
+        dimensions: usize,
+        metric: Metric,
+        description: Option<&str>,
+        backend: &str,
+    ) -> Result<IndexDesc> {
         check_name(name)?;
+        let remote = self.inner.remote_named(backend)?;
         let max = self.inner.limits.max_dimensions;
         if dimensions == 0 || dimensions > max {
             return Err(VectorError::invalid(
@@ -119,13 +147,24 @@ impl VectorDb {
         let now = unix_now();
         let inserted = conn
             .execute(
-                "INSERT INTO indexes (owner, name, description, dimensions, metric, created_at, modified_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (owner, name) DO NOTHING",
-                params![owner, name, description, dimensions as i64, metric.as_str(), now as i64],
+                "INSERT INTO indexes (owner, name, description, dimensions, metric, created_at, modified_at, backend)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7) ON CONFLICT (owner, name) DO NOTHING",
+                params![owner, name, description, dimensions as i64, metric.as_str(), now as i64, backend],
             )
             .map_err(sql_err)?;
         if inserted == 0 {
             return Err(VectorError::IndexExists(name.to_string()));
+        }
+        if let Some(remote) = remote {
+            // The row first, so a collection is never made for an index that isn't.
+            if let Err(e) = remote.create(&collection(owner, name), dimensions, metric) {
+                conn.execute(
+                    "DELETE FROM indexes WHERE owner = ?1 AND name = ?2",
+                    params![owner, name],
+                )
+                .map_err(sql_err)?;
+                return Err(e);
+            }
         }
         Ok(IndexDesc {
             name: name.to_string(),
@@ -134,6 +173,7 @@ impl VectorDb {
             metric,
             created_at: now,
             modified_at: now,
+            backend: backend.to_string(),
         })
     }
 
@@ -146,7 +186,7 @@ impl VectorDb {
         let conn = self.inner.conn();
         let mut stmt = conn
             .prepare(
-                "SELECT name, description, dimensions, metric, created_at, modified_at
+                "SELECT name, description, dimensions, metric, created_at, modified_at, backend
                  FROM indexes WHERE owner = ?1 ORDER BY name",
             )
             .map_err(sql_err)?;
@@ -163,6 +203,10 @@ impl VectorDb {
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
         let live = self.inner.live.get(row.id);
         let _w = live.lock_writer();
+        // The collection first: a row left by a failed drop can be deleted again.
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            remote.drop_collection(&collection(owner, name))?;
+        }
         let mut conn = self.inner.conn();
         let tx = conn.transaction().map_err(sql_err)?;
         tx.execute("DELETE FROM vectors WHERE index_id = ?1", [row.id])
@@ -178,13 +222,18 @@ impl VectorDb {
     pub fn info(&self, owner: &str, name: &str) -> Result<IndexInfo> {
         let conn = self.inner.conn();
         let row = self.inner.row(&conn, owner, name)?;
-        let count: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM vectors WHERE index_id = ?1",
-                [row.id],
-                |r| r.get(0),
-            )
-            .map_err(sql_err)?;
+        let count: i64 = match self.inner.remote_of(&row)? {
+            Some(remote) => {
+                i64::try_from(remote.count(&collection(owner, name))?).unwrap_or(i64::MAX)
+            }
+            None => conn
+                .query_row(
+                    "SELECT COUNT(*) FROM vectors WHERE index_id = ?1",
+                    [row.id],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err)?,
+        };
         let (mutation, at): (Option<String>, Option<i64>) = conn
             .query_row(
                 "SELECT last_mutation, last_mutation_at FROM indexes WHERE id = ?1",
@@ -261,6 +310,9 @@ impl VectorDb {
                 }
             }
         }
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            remote.index_property(&collection(owner, name), property, index_type)?;
+        }
         touch(&tx, row.id, &mutation)?;
         tx.commit().map_err(sql_err)?;
         Ok(Mutation {
@@ -303,6 +355,9 @@ impl VectorDb {
             params![row.id, property],
         )
         .map_err(sql_err)?;
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            remote.unindex_property(&collection(owner, name), property)?;
+        }
         touch(&tx, row.id, &mutation)?;
         tx.commit().map_err(sql_err)?;
         Ok(Mutation {
@@ -323,7 +378,7 @@ impl Inner {
     pub(crate) fn row(&self, conn: &Connection, owner: &str, name: &str) -> Result<IndexRow> {
         let found = conn
             .query_row(
-                "SELECT id, name, description, dimensions, metric, created_at, modified_at
+                "SELECT id, name, description, dimensions, metric, created_at, modified_at, backend
                  FROM indexes WHERE owner = ?1 AND name = ?2",
                 params![owner, name],
                 |r| Ok((r.get::<_, i64>(0)?, desc_from_row_at(r, 1)?)),
@@ -371,6 +426,7 @@ fn desc_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<IndexD
         metric: Metric::parse(&metric).unwrap_or(Metric::Cosine),
         created_at: to_u64(r.get(at + 4)?),
         modified_at: to_u64(r.get(at + 5)?),
+        backend: r.get(at + 6)?,
     })
 }
 

@@ -21,10 +21,13 @@ pub enum VectorError {
     /// The HNSW graph failed (out of memory, a corrupt state).
     #[error("vector graph: {0}")]
     Graph(String),
+    /// The remote engine of a remote index failed or could not be reached.
+    #[error("{backend}: {message}")]
+    Remote { backend: String, message: String },
 }
 
 impl VectorError {
-    pub(crate) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Invalid {
             param: param.into(),
             message: message.into(),

@@ -10,6 +10,9 @@
 //! applied before top-K: a selective filter's candidates are scored exactly; a broad
 //! one searches the graph with a membership predicate.
 //!
+//! An index can instead live on a remote engine (Qdrant, through `kiln-qdrant`) behind
+//! the same calls ([`RemoteIndexes`]); SQLite then keeps only its row.
+//!
 //! Everything here is synchronous; servers call it from blocking threads.
 
 mod db;
@@ -22,6 +25,7 @@ mod metric;
 mod mutate;
 mod query;
 mod record;
+mod remote;
 mod schema;
 
 pub use db::VectorDb;
@@ -31,5 +35,6 @@ pub use limits::{GraphParams, Limits};
 pub use metric::Metric;
 pub use record::{
     IndexDesc, IndexInfo, Match, MetaType, MetadataIndex, Mutation, Query, ReturnMetadata,
-    VectorRecord, WriteMode,
+    VectorRecord, WriteMode, EMBEDDED,
 };
+pub use remote::{collection, RemoteIndexes};

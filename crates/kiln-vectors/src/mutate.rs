@@ -24,6 +24,9 @@ impl VectorDb {
         let inner = &self.inner;
         let row = inner.row(&inner.conn(), owner, name)?;
         self.check_records(&row, records)?;
+        if let Some(remote) = inner.remote_of(&row)? {
+            return self.write_remote(remote, &row, owner, records, mode);
+        }
         let live = inner.live(&row);
         let writer = live.lock_writer();
         live.build(&writer, &inner.conn, &row.shape(), &inner.params)?;
@@ -111,6 +114,9 @@ impl VectorDb {
     /// Deletes the vectors with these ids (ids not stored are ignored).
     pub fn delete_by_ids(&self, owner: &str, name: &str, ids: &[String]) -> Result<Mutation> {
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            return self.delete_remote(remote, &row, owner, Some(ids), None);
+        }
         self.delete_keys(&row, |conn| {
             let mut stmt = conn
                 .prepare_cached("SELECT key FROM vectors WHERE index_id = ?1 AND id = ?2")
@@ -132,6 +138,9 @@ impl VectorDb {
     /// Deletes every vector of the index that `filter` matches.
     pub fn delete_where(&self, owner: &str, name: &str, filter: &Filter) -> Result<Mutation> {
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            return self.delete_remote(remote, &row, owner, None, Some(filter));
+        }
         self.delete_keys(&row, |conn| {
             let mut params = vec![rusqlite::types::Value::Integer(row.id)];
             let cond = filter.to_sql(&|p| row.column(p), &mut params);

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::db::{sql_err, IndexRow, VectorDb};
 use crate::error::{Result, VectorError};
 use crate::record::{Match, Query, ReturnMetadata, VectorRecord};
+use crate::remote::collection;
 use crate::schema::decode;
 
 impl VectorDb {
@@ -53,6 +54,17 @@ impl VectorDb {
                 "vector",
                 "the query vector has a value that is not a finite number",
             ));
+        }
+        if let Some(remote) = inner.remote_of(&row)? {
+            let found = remote.query(&collection(owner, name), q, row.desc.metric)?;
+            return Ok(found
+                .into_iter()
+                .map(|m| Match {
+                    values: m.values.filter(|_| q.return_values),
+                    metadata: metadata_view(&row, m.metadata, q.return_metadata),
+                    ..m
+                })
+                .collect());
         }
         let live = inner.live(&row);
         let guard = live.read(&inner.conn, &row.shape(), &inner.params)?;
@@ -113,6 +125,15 @@ impl VectorDb {
     pub fn get_by_ids(&self, owner: &str, name: &str, ids: &[String]) -> Result<Vec<VectorRecord>> {
         let conn = self.inner.conn();
         let row = self.inner.row(&conn, owner, name)?;
+        if let Some(remote) = self.inner.remote_of(&row)? {
+            drop(conn);
+            let mut found: std::collections::HashMap<String, VectorRecord> = remote
+                .get(&collection(owner, name), ids)?
+                .into_iter()
+                .map(|r| (r.id.clone(), r))
+                .collect();
+            return Ok(ids.iter().filter_map(|id| found.remove(id)).collect());
+        }
         let mut stmt = conn
             .prepare_cached(
                 "SELECT id, namespace, vals, metadata FROM vectors WHERE index_id = ?1 AND id = ?2",

@@ -70,7 +70,12 @@ pub struct IndexDesc {
     /// Unix seconds.
     pub created_at: u64,
     pub modified_at: u64,
+    /// Where its vectors live: [`EMBEDDED`], or a remote engine's name (`qdrant`).
+    pub backend: String,
 }
+
+/// The backend of an index kept here (SQLite and an HNSW graph).
+pub const EMBEDDED: &str = "embedded";
 
 /// An index's contents and its last applied write.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS indexes (
     modified_at   INTEGER NOT NULL,
     last_mutation TEXT,
     last_mutation_at INTEGER,
+    backend       TEXT NOT NULL DEFAULT 'embedded',
     UNIQUE (owner, name)
 );
 CREATE TABLE IF NOT EXISTS metadata_indexes (

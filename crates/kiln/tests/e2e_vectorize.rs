@@ -385,6 +385,10 @@ fn vectorize_round_trip_survives_a_crash() {
         let metric = json!({"name": "m", "config": {"dimensions": 3, "metric": "l2"}}).to_string();
         let (s, m) = refused(&base, KEY, "POST", "", Some(metric)).await;
         assert!(s == 400 && m.contains("unknown metric 'l2'"), "{s} {m}");
+        let remote = json!({"name": "q", "config": {"dimensions": 3, "metric": "cosine", "backend": "qdrant"}})
+            .to_string();
+        let (s, m) = refused(&base, KEY, "POST", "", Some(remote)).await;
+        assert!(s == 400 && m.contains("--qdrant-url"), "{s} {m}");
         let (s, m) = refused(&base, KEY, "GET", "/nope/info", None).await;
         assert!(s == 404 && m.contains("no index named 'nope'"), "{s} {m}");
         // Another key sees nothing of this one's.

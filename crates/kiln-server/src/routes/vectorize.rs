@@ -80,6 +80,7 @@ fn index_result(d: IndexDesc) -> IndexResult {
         config: IndexConfig {
             dimensions: d.dimensions as u64,
             metric: d.metric.as_str().into(),
+            backend: (d.backend != kiln_vectors::EMBEDDED).then_some(d.backend),
         },
         created_on: rfc3339(d.created_at),
         modified_on: rfc3339(d.modified_at),
@@ -104,8 +105,13 @@ pub async fn create_index(
     })?;
     let dims = usize::try_from(req.config.dimensions).unwrap_or(usize::MAX);
     let owner = ctx.caller.key_id;
+    let backend = req
+        .config
+        .backend
+        .unwrap_or_else(|| kiln_vectors::EMBEDDED.into());
     let desc = on_db(&state, move |db| {
-        db.create_index(&owner, &req.name, dims, metric, req.description.as_deref())
+        let description = req.description.as_deref();
+        db.create_index_on(&owner, &req.name, dims, metric, description, &backend)
     })
     .await?;
     ok(index_result(desc))

@@ -7,6 +7,7 @@
 //! text-classification models are served beside text models, under the same budget.
 
 mod config;
+mod vectors;
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -122,18 +123,8 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     batch_concurrency: Option<usize>,
 
-    /// Most dimensions a Vectorize index may have [default: 1536]
-    #[arg(long, value_name = "N")]
-    vector_max_dimensions: Option<usize>,
-
-    /// Most matches a Vectorize query may ask for (`topK`); queries returning values or
-    /// all metadata get at most a fifth of it [default: 100]
-    #[arg(long, value_name = "N")]
-    vector_max_top_k: Option<usize>,
-
-    /// Largest metadata of one vector, as JSON bytes [default: 10240]
-    #[arg(long, value_name = "BYTES")]
-    vector_max_metadata_bytes: Option<usize>,
+    #[command(flatten)]
+    vectors: vectors::VectorArgs,
 
     /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
     /// [default: a quarter of available memory, at most 4GiB]
@@ -230,6 +221,7 @@ fn settings(
     args: Args,
     file: FileConfig,
 ) -> anyhow::Result<(ServeOptions, Vec<ModelSource>)> {
+    let (vectors, vector_remote) = vectors::settings(&args.vectors, &file)?;
     let host = args
         .host
         .or(file.host)
@@ -406,22 +398,6 @@ fn settings(
         anyhow::ensure!(n > 0, "--batch-concurrency must be at least 1");
         batches.concurrency = n;
     }
-    let mut vectors = kiln_vectors::Limits::default();
-    if let Some(n) = args.vector_max_dimensions.or(file.vector_max_dimensions) {
-        anyhow::ensure!(n > 0, "--vector-max-dimensions must be at least 1");
-        vectors.max_dimensions = n;
-    }
-    if let Some(n) = args.vector_max_top_k.or(file.vector_max_top_k) {
-        anyhow::ensure!(n > 0, "--vector-max-top-k must be at least 1");
-        vectors.max_top_k = n;
-        vectors.max_top_k_with_payload = (n / 5).max(1);
-    }
-    if let Some(n) = args
-        .vector_max_metadata_bytes
-        .or(file.vector_max_metadata_bytes)
-    {
-        vectors.max_metadata_bytes = n;
-    }
     for (spec, pin) in specs {
         models.push(crate::load::catalogue_source(&cache, spec, pin, &engine)?);
     }
@@ -436,6 +412,7 @@ fn settings(
         files,
         batches,
         vectors,
+        vector_remote,
     };
     Ok((opts, models))
 }

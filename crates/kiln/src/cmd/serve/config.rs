@@ -53,6 +53,8 @@ pub struct FileConfig {
     pub vector_max_dimensions: Option<usize>,
     pub vector_max_top_k: Option<usize>,
     pub vector_max_metadata_bytes: Option<usize>,
+    pub qdrant_url: Option<String>,
+    pub qdrant_api_key: Option<String>,
     pub batch_step_tokens: Option<usize>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
