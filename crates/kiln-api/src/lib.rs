@@ -17,6 +17,7 @@ pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod files;
+pub mod firewall;
 pub mod models;
 pub mod responses;
 pub mod structured;

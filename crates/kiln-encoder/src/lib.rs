@@ -21,6 +21,7 @@ mod json;
 mod linear;
 pub mod nanoguard;
 mod ops;
+mod qlinear;
 mod rows;
 mod threads;
 mod tokenize;
@@ -28,7 +29,7 @@ mod weights;
 
 pub use bert::{Embedder, Embeddings};
 pub use error::{Error, Result};
-pub use nanoguard::{Classification, Classifier, LabelScore};
+pub use nanoguard::{Classification, Classifier, LabelScore, Precision};
 
 #[cfg(test)]
 mod tests {

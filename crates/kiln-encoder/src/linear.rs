@@ -42,6 +42,36 @@ impl Linear {
         })
     }
 
+    /// A layer of `weight` (`out_dim × in_dim`) and `bias`.
+    #[cfg(test)]
+    pub fn from_parts(
+        weight: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> Self {
+        Self {
+            weight,
+            bias,
+            in_dim,
+            out_dim,
+        }
+    }
+
+    /// `(out_dim, in_dim)`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.out_dim, self.in_dim)
+    }
+
+    /// The weights, `out_dim × in_dim` row-major.
+    pub fn weight(&self) -> &[f32] {
+        &self.weight
+    }
+
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
     /// One layer computing all of `parts`' outputs side by side (e.g. fused Q, K, V), so
     /// the input is packed once.
     ///

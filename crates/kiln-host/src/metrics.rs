@@ -47,7 +47,8 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
+    /// Buckets with these upper bounds (seconds, or whatever unit values are in).
+    pub fn new(bounds: &'static [f64]) -> Self {
         Self {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -65,6 +66,19 @@ impl Histogram {
         self.counts[i].fetch_add(1, Relaxed);
         self.sum_ns
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+    }
+
+    /// Records a value in the unit of the bounds (a score, not a duration); the sum is
+    /// kept in billionths, as durations are in nanoseconds.
+    pub fn observe_value(&self, v: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| v <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns
+            .fetch_add((v.max(0.0) * 1e9).min(u64::MAX as f64) as u64, Relaxed);
     }
 
     pub fn count(&self) -> u64 {

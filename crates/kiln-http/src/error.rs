@@ -22,6 +22,11 @@ pub trait OpenAiError: std::fmt::Display {
     /// Whether the client should try again shortly (the response gets `Retry-After`).
     fn retry_later(&self) -> bool;
 
+    /// Seconds the `Retry-After` header asks for, when the client should retry.
+    fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_later().then_some(RETRY_AFTER_SECS)
+    }
+
     /// OpenAI's `type` field, which follows from the status.
     fn kind(&self) -> &'static str {
         match self.status() {
@@ -55,8 +60,8 @@ pub fn error_response(e: &impl OpenAiError) -> Response {
     }
     let mut resp = (status, Json(e.body())).into_response();
     let headers = resp.headers_mut();
-    if e.retry_later() {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    if let Some(secs) = e.retry_after_secs() {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     if status == StatusCode::UNAUTHORIZED {
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -50,6 +50,7 @@ pub fn app(state: RouterState) -> Router {
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*model}", get(retrieve_model))
         .route("/nodes", get(nodes))
+        .route_layer(from_fn_with_state(state.clone(), crate::limits::enforce))
         .route_layer(from_fn_with_state(state.clone(), require_api_key));
     let ops = Router::new()
         .route("/health", get(health))

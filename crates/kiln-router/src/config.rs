@@ -226,6 +226,9 @@ pub struct RouterConfig {
     pub api_keys: Vec<String>,
     /// Key sent to nodes (instead of the client's `Authorization`).
     pub node_api_key: Option<String>,
+    /// Requests and tokens per minute per client key, enforced here for every node
+    /// (nodes behind the router then need no limits of their own).
+    pub rate_limits: kiln_guard::RateLimits,
     /// Model of requests that name none [default: the first model of the first node].
     pub default_model: Option<String>,
     pub body_limit: usize,
@@ -257,6 +260,7 @@ impl Default for RouterConfig {
             upstream: None,
             api_keys: Vec::new(),
             node_api_key: None,
+            rate_limits: kiln_guard::RateLimits::default(),
             default_model: None,
             body_limit: 4 << 20,
             limits: ConnectionLimits::default(),
@@ -382,6 +386,8 @@ pub struct FileConfig {
     pub upstream: Option<UpstreamEntry>,
     pub api_keys: Option<Vec<String>>,
     pub node_api_key: Option<String>,
+    pub rate_limit_rpm: Option<u64>,
+    pub rate_limit_tpm: Option<u64>,
     pub default_model: Option<String>,
     pub max_body_size: Option<ByteSize>,
     pub models: Option<BTreeMap<String, ModelEntry>>,

@@ -76,6 +76,12 @@ pub enum ApiError {
     Upstream(String),
     #[error("the router is shutting down")]
     ShuttingDown,
+    /// Over the client key's requests or tokens per minute.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
 }
 
 impl OpenAiError for ApiError {
@@ -89,7 +95,9 @@ impl OpenAiError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::AllBusy { .. } | ApiError::RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::NoNode { .. } | ApiError::OwnerDown { .. } | ApiError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -111,6 +119,7 @@ impl OpenAiError for ApiError {
             ApiError::OwnerDown { .. } => "owner_node_unavailable",
             ApiError::Upstream(_) => "upstream_failed",
             ApiError::ShuttingDown => "shutting_down",
+            ApiError::RateLimited { .. } => "rate_limit_exceeded",
         }
     }
 
@@ -126,6 +135,15 @@ impl OpenAiError for ApiError {
             self.status(),
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
         )
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited {
+                retry_after_secs, ..
+            } => Some((*retry_after_secs).max(1)),
+            e => e.retry_later().then_some(kiln_http::RETRY_AFTER_SECS),
+        }
     }
 }
 

@@ -24,6 +24,7 @@ pub mod discovery;
 pub mod error;
 pub mod hash;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod nodes;
 pub mod pinned;

@@ -23,6 +23,8 @@ struct Inner {
     /// change and a catalogue change at the same moment cannot undo each other.
     updating: Mutex<()>,
     metrics: Metrics,
+    /// Per-client-key buckets, for every node.
+    limiter: kiln_guard::Limiter,
     shutting_down: AtomicBool,
 }
 
@@ -41,7 +43,9 @@ impl RouterState {
             .tcp_nodelay(true)
             .build()
             .map_err(Error::Client)?;
+        let limiter = kiln_guard::Limiter::new(config.rate_limits, Default::default());
         Ok(Self(Arc::new(Inner {
+            limiter,
             config,
             client,
             placement: RwLock::new(Arc::new(Placement::default())),
@@ -57,6 +61,10 @@ impl RouterState {
 
     pub fn client(&self) -> &reqwest::Client {
         &self.0.client
+    }
+
+    pub fn limiter(&self) -> &kiln_guard::Limiter {
+        &self.0.limiter
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -7,10 +7,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use kiln_http::body_deadline;
 
+use crate::gate;
 use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
 use crate::routes::{
-    admin, agents, batches, chat, completions, embeddings, files, health, metrics, models,
-    responses, tokenize, vector_stores, vectorize, workers_ai,
+    admin, agents, batches, chat, completions, embeddings, files, firewall, health, metrics,
+    models, responses, tokenize, vector_stores, vectorize, workers_ai,
 };
 use crate::state::AppState;
 
@@ -78,6 +79,11 @@ pub fn app(state: AppState) -> Router {
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/ai/run/{*model}", post(workers_ai::run))
+        .route("/v1/firewall/score", post(firewall::score))
+        // Inside out: the firewall, then the cache, then the limits, after auth.
+        .route_layer(from_fn_with_state(state.clone(), gate::firewall::screen))
+        .route_layer(from_fn_with_state(state.clone(), gate::cache::serve_cached))
+        .route_layer(from_fn_with_state(state.clone(), gate::limits::enforce))
         .route_layer(from_fn_with_state(
             state.clone(),
             crate::auth::require_api_key,
@@ -171,6 +177,8 @@ pub fn batch_routes(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/ai/run/{*model}", post(workers_ai::run))
+        // Batch lines are prompts too: a blocked line is stored with its 403.
+        .route_layer(from_fn_with_state(state.clone(), gate::firewall::screen))
         .fallback(not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(from_fn(request_context))

@@ -61,6 +61,21 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("the queue of model `{model}` is full ({limit} requests in flight); retry later")]
     QueueFull { model: String, limit: usize },
+    /// Over the key's requests or tokens per minute.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// Over the key's daily neuron quota.
+    #[error("{message}")]
+    QuotaExceeded {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// Refused by the prompt firewall (the policy's message).
+    #[error("{0}")]
+    PromptBlocked(String),
     #[error(
         "model `{model}` is busy ({running} sequences running, its maximum) and the request \
          asked not to queue (reject_if_busy)"
@@ -158,7 +173,11 @@ impl OpenAiError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::QueueFull { .. } | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::QueueFull { .. }
+            | ApiError::Busy { .. }
+            | ApiError::RateLimited { .. }
+            | ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::PromptBlocked(_) => StatusCode::FORBIDDEN,
             ApiError::ShuttingDown
             | ApiError::ShutdownCut
             | ApiError::ModelLoading { .. }
@@ -185,6 +204,9 @@ impl OpenAiError for ApiError {
             ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::QueueFull { .. } => "queue_full",
+            ApiError::RateLimited { .. } => "rate_limit_exceeded",
+            ApiError::QuotaExceeded { .. } => "insufficient_quota",
+            ApiError::PromptBlocked(_) => "prompt_blocked",
             ApiError::Busy { .. } => "model_busy",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::ShutdownCut => "server_shutdown",
@@ -229,7 +251,21 @@ impl OpenAiError for ApiError {
                 | ApiError::Busy { .. }
                 | ApiError::ModelLoading { .. }
                 | ApiError::NoRoom { .. }
+                | ApiError::RateLimited { .. }
+                | ApiError::QuotaExceeded { .. }
         )
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited {
+                retry_after_secs, ..
+            }
+            | ApiError::QuotaExceeded {
+                retry_after_secs, ..
+            } => Some((*retry_after_secs).max(1)),
+            e => e.retry_later().then_some(kiln_http::RETRY_AFTER_SECS),
+        }
     }
 }
 
@@ -511,6 +547,8 @@ pub enum Error {
         .dir.display()
     )]
     DataDirInUse { dir: std::path::PathBuf },
+    #[error("{0}")]
+    Firewall(String),
     #[error("the shutdown deadline cut {cut} request(s) short")]
     RequestsCut { cut: usize },
     #[error(transparent)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use kiln_api::Usage;
+use kiln_guard::Limiter;
 use kiln_host::{Lease, TokenUsage, UsageSink};
 pub use kiln_usage::Caller;
 use kiln_usage::{Meter, UsageRecord};
@@ -95,9 +96,17 @@ impl<S: Send + Sync> FromRequestParts<S> for CallContext {
 }
 
 /// The usage sink of a request by `caller`: its tokens and neurons go to `meter` under
-/// the caller's key and the model's name, as batch usage for a batch line.
-pub fn usage_sink(meter: Arc<Meter>, caller: Caller, class: RequestClass) -> UsageSink {
+/// the caller's key and the model's name, as batch usage for a batch line, and its
+/// tokens to the key's tokens-per-minute bucket.
+pub fn usage_sink(
+    meter: Option<Arc<Meter>>,
+    limiter: Arc<Limiter>,
+    caller: Caller,
+    class: RequestClass,
+) -> UsageSink {
     Box::new(move |lease: &Lease, usage: TokenUsage| {
+        limiter.consume_tokens(&caller.key_id, usage.prompt + usage.completion);
+        let Some(meter) = &meter else { return };
         meter.record(UsageRecord {
             key_id: caller.key_id,
             label: caller.label,

@@ -30,6 +30,7 @@ pub mod cutoff;
 pub mod encoder;
 pub mod error;
 pub mod extract;
+pub mod gate;
 pub mod lease;
 mod logprobs;
 pub mod metrics;
@@ -47,6 +48,7 @@ pub mod validate;
 
 pub use app::app;
 pub use error::{ApiError, Error, Result};
+pub use gate::{CacheSettings, GuardSettings};
 pub use kiln_engine::ServingOptions;
 pub use kiln_host::{
     Encoder, EncoderWeights, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind, ModelSource,

@@ -8,6 +8,8 @@
 
 use kiln_engine::StatsSnapshot;
 use kiln_host::metrics::{Histogram, ModelMetrics};
+
+use crate::gate::firewall::FirewallMetrics;
 use std::fmt::Write;
 
 /// One model's values at scrape time.
@@ -360,6 +362,47 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The prompt firewall's families, labelled with its classifier's name.
+pub fn render_firewall(out: &mut String, model: &str, m: &FirewallMetrics) {
+    let score = "kiln:firewall_injection_score";
+    header(
+        out,
+        score,
+        "histogram",
+        "Injection scores of scored prompts (1 riskiest, 99 safest).",
+    );
+    histogram(out, score, model, &m.scores);
+    let latency = "kiln:firewall_latency_seconds";
+    header(
+        out,
+        latency,
+        "histogram",
+        "Time to score a prompt's text, PII and injection.",
+    );
+    histogram(out, latency, model, &m.latency);
+    let blocks = "kiln:firewall_blocks_total";
+    header(
+        out,
+        blocks,
+        "counter",
+        "Prompts refused by the firewall, by reason.",
+    );
+    sample(
+        out,
+        blocks,
+        model,
+        &[("reason", "injection")],
+        m.blocked_injection.get() as f64,
+    );
+    sample(
+        out,
+        blocks,
+        model,
+        &[("reason", "pii")],
+        m.blocked_pii.get() as f64,
+    );
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {

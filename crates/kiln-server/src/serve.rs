@@ -138,6 +138,7 @@ pub async fn serve(
         None => None,
     };
     let state = AppState::with_meter(opts.server.clone(), hosted_models, meter)?;
+    crate::gate::enable_firewall(&state)?;
     let _data_dir_lock = set_up_state(&state, &opts)?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!("listening on http://{addr}");

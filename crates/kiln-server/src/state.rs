@@ -20,6 +20,7 @@ use kiln_vectors::VectorDb;
 
 use crate::cutoff::{Cutoff, CutoffSignal};
 use crate::error::{ApiError, Result};
+use crate::gate::{Gates, GuardSettings};
 use crate::lease::{usage_sink, CallContext};
 
 /// One accepted bearer token and the label its usage is reported under.
@@ -86,6 +87,8 @@ pub struct ServerConfig {
     pub models_memory: Option<u64>,
     /// LoRA adapters requests may name.
     pub lora: LoraConfig,
+    /// Rate limits, quotas, the response cache and the prompt firewall.
+    pub guard: GuardSettings,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +104,7 @@ impl Default for ServerConfig {
             cors: CorsPolicy::default(),
             models_memory: None,
             lora: LoraConfig::default(),
+            guard: GuardSettings::default(),
         }
     }
 }
@@ -111,6 +115,7 @@ pub struct AppState(Arc<Inner>);
 
 pub(crate) struct Inner {
     host: Host,
+    pub(crate) gates: Gates,
     config: ServerConfig,
     meter: Option<Arc<Meter>>,
     cutoff: Cutoff,
@@ -142,6 +147,7 @@ impl AppState {
         let host = Host::new(models, config.models_memory, config.lora.clone())?;
         Ok(Self(Arc::new(Inner {
             host,
+            gates: Gates::new(&config.guard),
             config,
             meter,
             cutoff: Cutoff::default(),
@@ -199,6 +205,25 @@ impl AppState {
                 "vector indexes need a data directory; start the server with --data-dir".into(),
             )
         })
+    }
+
+    /// The gates in front of the model routes.
+    pub(crate) fn gates(&self) -> &Gates {
+        &self.0.gates
+    }
+
+    /// The prompt firewall, when the server has a classifier for it.
+    pub fn firewall(&self) -> std::result::Result<&Arc<kiln_guard::Firewall>, ApiError> {
+        self.0
+            .gates
+            .firewall
+            .get()
+            .ok_or_else(|| ApiError::InvalidRequest {
+                param: None,
+                message: "this server has no prompt classifier: start it with --firewall log (or \
+                      serve nanoguard-prompt-injection)"
+                    .into(),
+            })
     }
 
     /// Serves vector stores from `stores` (once, before serving).
@@ -298,6 +323,14 @@ impl AppState {
         self.lease_hosted(hosted, ctx).await
     }
 
+    /// A lease on `hosted` that meters nothing (its caller meters what it used).
+    pub(crate) async fn lease_unmetered(
+        &self,
+        hosted: Arc<HostedModel>,
+    ) -> std::result::Result<Lease, ApiError> {
+        Ok(self.0.host.lease(hosted).await?)
+    }
+
     /// A lease on `hosted`, loading it first if needed. Records warm or cold in `ctx`,
     /// and sends the request's usage to the meter under the caller's key.
     pub async fn lease_hosted(
@@ -309,8 +342,14 @@ impl AppState {
             ctx.warmth.set(false);
         })?;
         ctx.warmth.set(lease.warm());
-        if let Some(meter) = &self.0.meter {
-            lease.set_usage_sink(usage_sink(meter.clone(), ctx.caller.clone(), ctx.class));
+        let limiter = &self.0.gates.limiter;
+        if self.0.meter.is_some() || limiter.any() {
+            lease.set_usage_sink(usage_sink(
+                self.0.meter.clone(),
+                limiter.clone(),
+                ctx.caller.clone(),
+                ctx.class,
+            ));
         }
         Ok(lease)
     }

@@ -26,6 +26,7 @@ enum Msg {
     Record(UsageRecord),
     Flush(SyncSender<std::result::Result<(), String>>),
     Rows(SyncSender<std::result::Result<Vec<UsageRow>, String>>),
+    Daily(String, SyncSender<std::result::Result<f64, String>>),
 }
 
 /// Queues usage records for a [`UsageStore`] on its own thread.
@@ -87,6 +88,16 @@ impl Meter {
     pub fn rows(&self) -> Result<Vec<UsageRow>> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.send(Msg::Rows(tx))?;
+        rx.recv()
+            .map_err(|_| Error::Stopped)?
+            .map_err(|reason| self.unflushed(reason))
+    }
+
+    /// Neurons `key_id` used today (UTC), including every record queued before this
+    /// call: what a daily quota is checked against.
+    pub fn neurons_today(&self, key_id: &str) -> Result<f64> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Msg::Daily(key_id.to_string(), tx))?;
         rx.recv()
             .map_err(|_| Error::Stopped)?
             .map_err(|reason| self.unflushed(reason))
@@ -189,6 +200,13 @@ fn writer(mut store: UsageStore, rx: &Receiver<Msg>) {
                         .clone()
                         .and_then(|()| store.rows().map_err(|e| e.to_string()));
                     let _ = reply.send(rows);
+                }
+                Msg::Daily(key, reply) => {
+                    let day = kiln_db::unix_now() / 86_400;
+                    let used = committed
+                        .clone()
+                        .and_then(|()| store.neurons_on(&key, day).map_err(|e| e.to_string()));
+                    let _ = reply.send(used);
                 }
             }
         }

@@ -38,11 +38,23 @@ macro_rules! usage_table {
     };
 }
 
+/// Neurons per key per UTC day (days since 1970), interactive and batch together: what
+/// daily quotas are checked against.
+const DAILY: &str = "CREATE TABLE IF NOT EXISTS daily_neurons (
+    key_id  TEXT    NOT NULL,
+    day     INTEGER NOT NULL,
+    neurons REAL    NOT NULL DEFAULT 0,
+    PRIMARY KEY (key_id, day)
+);";
+
 const SCHEMA: Schema = Schema {
     what: "usage database",
-    sql: &[usage_table!("usage"), usage_table!("batch_usage")],
-    version: 2,
+    sql: &[usage_table!("usage"), usage_table!("batch_usage"), DAILY],
+    version: 3,
 };
+
+/// Seconds in a UTC day.
+const DAY: i64 = 86_400;
 
 /// What one request (or several, summed) consumed.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,7 +167,34 @@ impl UsageStore {
                     .map_err(sql)?;
             }
         }
+        {
+            let mut daily = tx
+                .prepare_cached(
+                    "INSERT INTO daily_neurons (key_id, day, neurons) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (key_id, day) DO UPDATE SET neurons = neurons + excluded.neurons",
+                )
+                .map_err(sql)?;
+            for r in records.iter().filter(|r| r.neurons > 0.0) {
+                daily
+                    .execute(params![r.key_id, now / DAY, r.neurons])
+                    .map_err(sql)?;
+            }
+        }
         tx.commit().map_err(sql)
+    }
+
+    /// Neurons `key_id` used on UTC day `day` (days since 1970).
+    pub fn neurons_on(&self, key_id: &str, day: u64) -> Result<f64> {
+        let sql = |source| Error::from(DbError::sql(SCHEMA.what, &self.path, source));
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT neurons FROM daily_neurons WHERE key_id = ?1 AND day = ?2")
+            .map_err(sql)?;
+        let mut rows = stmt.query(params![key_id, to_i64(day)]).map_err(sql)?;
+        match rows.next().map_err(sql)? {
+            Some(r) => r.get(0).map_err(sql),
+            None => Ok(0.0),
+        }
     }
 
     /// Every row, ordered by caller, then model, interactive before batch.

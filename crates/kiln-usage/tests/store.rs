@@ -157,3 +157,25 @@ fn servers_opening_a_new_file_together_all_succeed() {
         }
     }
 }
+
+#[test]
+fn todays_neurons_per_key_count_queued_records_and_survive_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("usage.sqlite3");
+    let meter = Meter::start(UsageStore::open(&path).expect("open")).expect("meter");
+    let a = rec("key_a", "m", 1000, 0, 10);
+    let mut b = rec("key_a", "other", 500, 0, 0);
+    b.batch = true;
+    meter.record(a.clone());
+    meter.record(b.clone());
+    meter.record(rec("key_b", "m", 7, 0, 0));
+    let today = meter.neurons_today("key_a").expect("today");
+    assert!((today - (a.neurons + b.neurons)).abs() < 1e-6, "{today}");
+    assert_eq!(meter.neurons_today("nobody").expect("today"), 0.0);
+    drop(meter);
+    let store = UsageStore::open(&path).expect("reopen");
+    let day = kiln_db::unix_now() / 86_400;
+    let again = store.neurons_on("key_a", day).expect("read");
+    assert!((again - today).abs() < 1e-6, "{again} vs {today}");
+    assert_eq!(store.neurons_on("key_a", day - 1).expect("read"), 0.0);
+}

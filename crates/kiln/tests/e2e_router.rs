@@ -9,7 +9,8 @@
 //! - each agent lives on the node its name places it on, and a key's response chains
 //!   hold through the router;
 //! - placement keeps models warm (>= 99% in steady state) where random routing over
-//!   the same nodes does not.
+//!   the same nodes does not;
+//! - the router holds each key's rate limit for every node.
 
 #[path = "e2e_router/deploy.rs"]
 mod deploy;
@@ -19,6 +20,8 @@ mod failover;
 mod fallback;
 #[path = "e2e_router/harness.rs"]
 mod harness;
+#[path = "e2e_router/limits.rs"]
+mod limits;
 #[path = "e2e_router/placement.rs"]
 mod placement;
 #[path = "e2e_router/stateful.rs"]

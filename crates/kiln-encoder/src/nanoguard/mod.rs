@@ -26,10 +26,25 @@ use crate::weights::Tensors;
 use config::NanoGuardConfig;
 pub use convert::{convert, is_converted, KnownFile, OUTPUTS, SOURCES};
 use model::NanoGuardModel;
+pub use model::Precision;
 
 /// Most inputs per forward pass. Every input is `sequence_len` (512) rows, so this bounds
 /// activation memory (about 12 MiB per input) without changing results.
 const MAX_INPUTS_PER_FORWARD: usize = 4;
+
+/// `text[start..end]` widened to character boundaries (byte-level BPE offsets may fall
+/// inside a character).
+fn char_slice(text: &str, start: usize, end: usize) -> &str {
+    let mut s = start.min(text.len());
+    while !text.is_char_boundary(s) {
+        s -= 1;
+    }
+    let mut e = end.clamp(s, text.len());
+    while !text.is_char_boundary(e) {
+        e += 1;
+    }
+    &text[s..e]
+}
 
 /// One class and its probability.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,11 +133,12 @@ impl Classifier {
             }
         }
         let tensors = Tensors::open(&dir.join("model.safetensors"))?;
-        let model = NanoGuardModel::load(&tensors, &cfg)?;
+        let pool = default_pool();
+        let model = NanoGuardModel::load(&tensors, &cfg, &pool)?;
         Ok(Self {
             model,
             tokenizer,
-            pool: default_pool(),
+            pool,
             dir: dir.to_path_buf(),
         })
     }
@@ -167,6 +183,45 @@ impl Classifier {
         Ok(tokens)
     }
 
+    /// Classifies `texts` of any length: each is cut into pieces the model reads whole
+    /// (at most [`Classifier::max_tokens`] less BOS tokens each, at token boundaries),
+    /// and every piece of every text is classified, several per forward pass. The
+    /// result has each text's pieces in order.
+    pub fn classify_pieces<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        p: Precision,
+    ) -> Result<Vec<Vec<Classification>>> {
+        let per_piece = self.max_tokens().saturating_sub(1).max(1);
+        let mut pieces: Vec<&str> = Vec::new();
+        let mut counts = Vec::with_capacity(texts.len());
+        for (i, t) in texts.iter().enumerate() {
+            let t = t.as_ref();
+            let spans = self.tokenizer.spans(t).map_err(|e| match e {
+                Error::Tokenize { message, .. } => Error::Tokenize { index: i, message },
+                e => e,
+            })?;
+            if spans.len() <= per_piece {
+                pieces.push(t);
+                counts.push(1);
+                continue;
+            }
+            let before = pieces.len();
+            for window in spans.chunks(per_piece) {
+                let (start, end) = (window[0].start, window[window.len() - 1].end);
+                pieces.push(char_slice(t, start, end));
+            }
+            counts.push(pieces.len() - before);
+        }
+        // A piece re-tokenized alone may differ slightly at its edges; it is cut to the
+        // model's length rather than refused.
+        let mut all = self.classify_at(&pieces, true, p)?.into_iter();
+        Ok(counts
+            .into_iter()
+            .map(|n| all.by_ref().take(n).collect())
+            .collect())
+    }
+
     /// Classifies `texts`, several per forward pass.
     ///
     /// An input over [`Classifier::max_tokens`] is [`Error::InputTooLong`] unless
@@ -176,6 +231,16 @@ impl Classifier {
         &self,
         texts: &[S],
         truncate: bool,
+    ) -> Result<Vec<Classification>> {
+        self.classify_at(texts, truncate, Precision::F32)
+    }
+
+    /// [`Classifier::classify`] at precision `p`.
+    pub fn classify_at<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        truncate: bool,
+        p: Precision,
     ) -> Result<Vec<Classification>> {
         let cfg = self.model.config();
         let tokens = texts
@@ -191,7 +256,7 @@ impl Classifier {
                 ids.resize(ids.len() + cfg.sequence_len - t.ids.len(), cfg.pad_token_id);
             }
             let n_real: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
-            let probs = self.model.forward(&self.pool, &ids, &n_real);
+            let probs = self.model.forward(&self.pool, &ids, &n_real, p);
             for (t, p) in batch.iter().zip(probs.chunks_exact(cfg.num_classes)) {
                 let mut scores: Vec<LabelScore> = cfg
                     .labels

@@ -19,6 +19,7 @@ use crate::attention::{attention, Heads, Span};
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::ops::{layer_norm, mean_rows, relu_squared_inplace, rms_norm};
+use crate::qlinear::QLinear;
 use crate::rows::for_each_row_block;
 use crate::weights::Tensors;
 
@@ -33,6 +34,38 @@ struct Block {
     attn_proj: Linear,
     fc: Linear,
     mlp_proj: Linear,
+    /// The same four in int8, for [`Precision::Int8`].
+    int8: Option<[QLinear; 4]>,
+}
+
+/// How the block's linear layers are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 throughout: the package's scores to within 1e-4.
+    F32,
+    /// The linear layers in int8 (q8_0 weights and activations, the engine's VNNI
+    /// kernels); attention and norms in f32. Several times faster, scores within a
+    /// few thousandths.
+    Int8,
+}
+
+impl Block {
+    /// Layer `i` (qkv, attn_proj, fc, mlp_proj) at `p`.
+    fn project(
+        &self,
+        i: usize,
+        p: Precision,
+        pool: &ThreadPool,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        match (&self.int8, p) {
+            (Some(q), Precision::Int8) => q[i].forward(pool, x, rows, out),
+            _ => [&self.qkv, &self.attn_proj, &self.fc, &self.mlp_proj][i]
+                .forward(pool, x, rows, out),
+        }
+    }
 }
 
 pub(crate) struct NanoGuardModel {
@@ -50,7 +83,7 @@ pub(crate) struct NanoGuardModel {
 }
 
 impl NanoGuardModel {
-    pub fn load(t: &Tensors, cfg: &NanoGuardConfig) -> Result<Self> {
+    pub fn load(t: &Tensors, cfg: &NanoGuardConfig, pool: &ThreadPool) -> Result<Self> {
         let d = cfg.n_embd;
         let blocks = (0..cfg.n_layer)
             .map(|i| {
@@ -58,15 +91,25 @@ impl NanoGuardModel {
                 let lin = |name: &str, out: usize, inp: usize| {
                     Linear::load(t, &format!("{p}.{name}"), out, inp, false)
                 };
+                let qkv = Linear::concat(vec![
+                    lin("attn.c_q", d, d)?,
+                    lin("attn.c_k", d, d)?,
+                    lin("attn.c_v", d, d)?,
+                ]);
+                let attn_proj = lin("attn.c_proj", d, d)?;
+                let fc = lin("mlp.c_fc", 4 * d, d)?;
+                let mlp_proj = lin("mlp.c_proj", d, 4 * d)?;
+                let q = |l: &Linear| QLinear::from_linear(l, pool);
+                let int8 = match (q(&qkv), q(&attn_proj), q(&fc), q(&mlp_proj)) {
+                    (Some(a), Some(b), Some(c), Some(e)) => Some([a, b, c, e]),
+                    _ => None,
+                };
                 Ok(Block {
-                    qkv: Linear::concat(vec![
-                        lin("attn.c_q", d, d)?,
-                        lin("attn.c_k", d, d)?,
-                        lin("attn.c_v", d, d)?,
-                    ]),
-                    attn_proj: lin("attn.c_proj", d, d)?,
-                    fc: lin("mlp.c_fc", 4 * d, d)?,
-                    mlp_proj: lin("mlp.c_proj", d, 4 * d)?,
+                    qkv,
+                    attn_proj,
+                    fc,
+                    mlp_proj,
+                    int8,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -89,7 +132,13 @@ impl NanoGuardModel {
     ///
     /// Every input is `sequence_len` ids (padded); `n_real[i]` of them are real tokens.
     /// Ids must be below `vocab_size` (the caller checks).
-    pub fn forward(&self, pool: &ThreadPool, ids: &[u32], n_real: &[usize]) -> Vec<f32> {
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        ids: &[u32],
+        n_real: &[usize],
+        p: Precision,
+    ) -> Vec<f32> {
         let d = self.cfg.n_embd;
         let t = self.cfg.sequence_len;
         let rows = ids.len();
@@ -123,7 +172,7 @@ impl NanoGuardModel {
                 *v = a * *v + b * v0;
             }
             normed_rows(&x, &mut xn, d);
-            block.qkv.forward(pool, &xn, rows, &mut qkv);
+            block.project(0, p, pool, &xn, rows, &mut qkv);
             for_each_row_block(pool, &mut qkv, 3 * d, |first, block| {
                 for (r, row) in block.chunks_exact_mut(3 * d).enumerate() {
                     let pos = (first + r) % t;
@@ -135,15 +184,15 @@ impl NanoGuardModel {
                 }
             });
             attention(pool, &qkv, &spans, heads, scale, &mut ctx);
-            block.attn_proj.forward(pool, &ctx, rows, &mut tmp);
+            block.project(1, p, pool, &ctx, rows, &mut tmp);
             kiln_kernels::ops::add_inplace(&mut x, &tmp);
 
             normed_rows(&x, &mut xn, d);
-            block.fc.forward(pool, &xn, rows, &mut hidden);
+            block.project(2, p, pool, &xn, rows, &mut hidden);
             for_each_row_block(pool, &mut hidden, 4 * d, |_, block| {
                 relu_squared_inplace(block)
             });
-            block.mlp_proj.forward(pool, &hidden, rows, &mut tmp);
+            block.project(3, p, pool, &hidden, rows, &mut tmp);
             kiln_kernels::ops::add_inplace(&mut x, &tmp);
         }
         normed_rows(&x, &mut xn, d);

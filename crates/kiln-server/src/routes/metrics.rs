@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 
 use kiln_host::ModelKind;
 
-use crate::metrics::{render, LoraSample, ModelSample};
+use crate::metrics::{render, render_firewall, LoraSample, ModelSample};
 use crate::state::{unix_now, AppState};
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
@@ -29,7 +29,14 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             }),
         })
         .collect();
-    let mut resp = render(&samples).into_response();
+    let mut text = render(&samples);
+    if let (Ok(_), Ok(classifier)) = (
+        state.firewall(),
+        state.resolve_for(None, ModelKind::Classify),
+    ) {
+        render_firewall(&mut text, &classifier.name, &state.gates().firewall_metrics);
+    }
+    let mut resp = text.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod files;
+pub mod firewall;
 pub mod health;
 pub mod metrics;
 pub mod models;

@@ -133,6 +133,15 @@ pub struct Args {
     )]
     node_api_key: Option<String>,
 
+    /// Requests per minute per client key, across every node (routes that run a model)
+    #[arg(long, value_name = "N")]
+    rate_limit_rpm: Option<u64>,
+
+    /// Tokens per minute per client key, across every node: each request's prompt at
+    /// four characters a token plus its max_tokens, counted as it arrives
+    #[arg(long, value_name = "N")]
+    rate_limit_tpm: Option<u64>,
+
     /// Model of requests that name none [default: the first model of the first node]
     #[arg(long, value_name = "NAME")]
     default_model: Option<String>,
@@ -270,6 +279,16 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
         upstream,
         api_keys: super::keys_from(args.api_keys, file.api_keys),
         node_api_key: args.node_api_key.or(file.node_api_key),
+        rate_limits: kiln_guard::RateLimits {
+            requests_per_minute: nonzero(
+                args.rate_limit_rpm.or(file.rate_limit_rpm),
+                "--rate-limit-rpm",
+            )?,
+            tokens_per_minute: nonzero(
+                args.rate_limit_tpm.or(file.rate_limit_tpm),
+                "--rate-limit-tpm",
+            )?,
+        },
         default_model: args.default_model.or(file.default_model),
         body_limit: args
             .max_body_size
@@ -287,4 +306,10 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
     };
     config.validate()?;
     Ok(config)
+}
+
+/// A rate limit, when given, of at least 1.
+fn nonzero(v: Option<u64>, what: &str) -> anyhow::Result<Option<u64>> {
+    anyhow::ensure!(v != Some(0), "{what} must be at least 1");
+    Ok(v)
 }

@@ -7,6 +7,7 @@
 //! text-classification models are served beside text models, under the same budget.
 
 mod config;
+mod guard;
 mod vectors;
 
 use std::net::ToSocketAddrs;
@@ -31,6 +32,8 @@ const FALLBACK_MODELS_MEMORY: u64 = 8 << 30;
 const USAGE_DB_FILE: &str = "usage.sqlite3";
 /// The server's state directory in the Kiln home.
 const DATA_DIR: &str = "data";
+/// The prompt firewall's classifier when none is served.
+const FIREWALL_MODEL: &str = "nanoguard-prompt-injection";
 
 /// Arguments of `kiln serve`.
 #[derive(Debug, clap::Args)]
@@ -125,6 +128,9 @@ pub struct Args {
 
     #[command(flatten)]
     vectors: vectors::VectorArgs,
+
+    #[command(flatten)]
+    guard: guard::GuardArgs,
 
     /// KV-cache memory per model, e.g. 512MiB, 2GiB or a byte count
     /// [default: a quarter of available memory, at most 4GiB]
@@ -222,6 +228,8 @@ fn settings(
     file: FileConfig,
 ) -> anyhow::Result<(ServeOptions, Vec<ModelSource>)> {
     let (vectors, vector_remote) = vectors::settings(&args.vectors, &file)?;
+    let guard = guard::settings(&args.guard, &file)?;
+    let firewall_on = guard.firewall.any_on();
     let host = args
         .host
         .or(file.host)
@@ -294,6 +302,7 @@ fn settings(
         cors,
         models_memory: Some(models_memory),
         lora,
+        guard,
         max_queued: args
             .max_queued
             .or(file.max_queued)
@@ -354,6 +363,12 @@ fn settings(
     names.extend(args.pins.into_iter().map(|n| (n, true)));
     if names.is_empty() {
         names.push((kiln_catalog::DEFAULT_MODEL.to_string(), false));
+    }
+    // The firewall's classifier, served beside the rest (loaded on first use).
+    let classifies =
+        |n: &str| kiln_catalog::find(n).is_ok_and(|s| s.task == Task::TextClassification);
+    if firewall_on && !names.iter().any(|(n, _)| classifies(n)) {
+        names.push((FIREWALL_MODEL.to_string(), false));
     }
     let mut specs: Vec<(&'static ModelSpec, bool)> = Vec::new();
     let mut models = Vec::with_capacity(names.len());

@@ -55,6 +55,11 @@ pub struct FileConfig {
     pub vector_max_metadata_bytes: Option<usize>,
     pub qdrant_url: Option<String>,
     pub qdrant_api_key: Option<String>,
+    pub firewall: Option<super::guard::FirewallFile>,
+    pub rate_limit_rpm: Option<u64>,
+    pub rate_limit_tpm: Option<u64>,
+    pub daily_neuron_quota: Option<f64>,
+    pub response_cache: Option<super::guard::CacheFile>,
     pub batch_step_tokens: Option<usize>,
     pub kv_cache_memory: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
@@ -109,26 +114,32 @@ impl ModelEntry {
     }
 }
 
-/// One entry of `api_keys`: a key, or `{ key = "...", label = "..." }`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One entry of `api_keys`: a key, or `{ key = "...", label = "..." }` with this key's
+/// limits and firewall overrides.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum KeyEntry {
     Key(String),
     Table(KeyTable),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyTable {
-    key: String,
-    label: Option<String>,
+    pub key: String,
+    pub label: Option<String>,
+    /// This key's limits and firewall, over the server's.
+    pub rate_limit_rpm: Option<u64>,
+    pub rate_limit_tpm: Option<u64>,
+    pub daily_neuron_quota: Option<f64>,
+    pub firewall: Option<super::guard::FirewallFile>,
 }
 
 impl KeyEntry {
     pub fn into_parts(self) -> (String, Option<String>) {
         match self {
             KeyEntry::Key(k) => (k, None),
-            KeyEntry::Table(KeyTable { key, label }) => (key, label),
+            KeyEntry::Table(KeyTable { key, label, .. }) => (key, label),
         }
     }
 }

@@ -1,0 +1,130 @@
+//! Requests and tokens per minute per client key, held by the router so the limits hold
+//! across every node (`kiln-guard`'s buckets). A request's tokens are counted when it
+//! arrives, as OpenAI's limiter counts them: its prompt estimated at four characters a
+//! token, plus the most tokens it asks to generate. Over a limit is 429 with
+//! `Retry-After`; admitted answers carry `x-ratelimit-*` headers.
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use kiln_guard::{reset_text, RateStatus};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::state::RouterState;
+
+/// The limiter's key of a client: its key's id, or `anonymous` on an open router.
+fn client_key(req: &Request) -> String {
+    req.headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map_or_else(
+            || kiln_usage::ANONYMOUS.to_string(),
+            |t| kiln_usage::key_id(t.trim()),
+        )
+}
+
+/// Whether a request runs a model on a node.
+fn runs_model(method: &Method, path: &str) -> bool {
+    method == Method::POST
+        && (matches!(
+            path,
+            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/responses"
+        ) || path.starts_with("/ai/run/")
+            || (path.starts_with("/v1/agents/") && path.ends_with("/responses")))
+}
+
+/// Tokens a request may use: its text at four characters a token, plus its output cap.
+pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
+    let cap = serde_json::from_slice::<Value>(body).ok().map_or(0, |v| {
+        ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|f| v.get(*f).and_then(Value::as_u64))
+            .unwrap_or(0)
+    });
+    (body.len() as u64).div_ceil(4) + cap
+}
+
+pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next) -> Response {
+    let limiter = state.limiter();
+    if !limiter.any() || !runs_model(req.method(), req.uri().path()) {
+        return next.run(req).await;
+    }
+    let key = client_key(&req);
+    let status = match limiter.admit(&key) {
+        Ok(s) => s,
+        Err(l) => {
+            let mut resp = ApiError::RateLimited {
+                message: format!(
+                    "rate limit reached for {}: {} per minute for this API key; retry in {}",
+                    l.what,
+                    l.limit,
+                    reset_text(l.retry_after)
+                ),
+                retry_after_secs: l.retry_after.as_secs_f64().ceil() as u64,
+            }
+            .into_response();
+            set_headers(&mut resp, &l.status);
+            return resp;
+        }
+    };
+    // The body is read again by the route; a request over the body limit fails there.
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, state.config().body_limit)
+        .await
+        .unwrap_or_default();
+    limiter.consume_tokens(&key, estimate_tokens(&bytes));
+    let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    let mut resp = next.run(req).await;
+    set_headers(&mut resp, &status);
+    resp
+}
+
+fn set_headers(resp: &mut Response, s: &RateStatus) {
+    let h = resp.headers_mut();
+    let families = [
+        (
+            &s.requests,
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+        ),
+        (
+            &s.tokens,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ),
+    ];
+    for (bucket, [limit, remaining, reset]) in families {
+        let Some(b) = bucket else { continue };
+        h.insert(limit, HeaderValue::from(b.limit));
+        h.insert(remaining, HeaderValue::from(b.remaining));
+        if let Ok(v) = HeaderValue::from_str(&reset_text(b.reset)) {
+            h.insert(reset, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_estimated_from_the_text_and_the_cap() {
+        let body = br#"{"messages":[{"role":"user","content":"hello"}],"max_tokens":100}"#;
+        assert_eq!(estimate_tokens(body), (body.len() as u64).div_ceil(4) + 100);
+        assert_eq!(estimate_tokens(b"not json"), 2);
+        assert!(runs_model(&Method::POST, "/v1/chat/completions"));
+        assert!(runs_model(&Method::POST, "/ai/run/@cf/meta/x"));
+        assert!(!runs_model(&Method::GET, "/v1/models"));
+        assert!(!runs_model(&Method::POST, "/v1/files"));
+    }
+}

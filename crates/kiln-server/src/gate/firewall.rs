@@ -1,0 +1,138 @@
+//! The firewall in front of the prompt routes: the request's user text (see
+//! `prompt_text.rs`) is scored before the handler runs; block mode refuses with 403
+//! `prompt_blocked` (the prompt never reaches the engine, so no generation is metered),
+//! log mode lets it through. Every scored response says what was found in
+//! `x-kiln-firewall-injection-score` and `x-kiln-firewall-pii`; the PII text itself is
+//! never logged.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use kiln_guard::{BlockReason, Mode, Verdict};
+use kiln_host::metrics::{Counter, Histogram};
+
+use super::prompt_text;
+use crate::error::ApiError;
+use crate::lease::Caller;
+use crate::state::AppState;
+
+pub const SCORE_HEADER: &str = "x-kiln-firewall-injection-score";
+pub const PII_HEADER: &str = "x-kiln-firewall-pii";
+
+const SCORE_BUCKETS: &[f64] = &[
+    5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 99.0,
+];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What the firewall counts, rendered with the classifier's name on `/metrics`.
+pub struct FirewallMetrics {
+    pub scores: Histogram,
+    pub latency: Histogram,
+    pub blocked_injection: Counter,
+    pub blocked_pii: Counter,
+}
+
+impl Default for FirewallMetrics {
+    fn default() -> Self {
+        Self {
+            scores: Histogram::new(SCORE_BUCKETS),
+            latency: Histogram::new(LATENCY_BUCKETS),
+            blocked_injection: Counter::default(),
+            blocked_pii: Counter::default(),
+        }
+    }
+}
+
+/// Scores the prompt of a request on a prompt route for its caller's policy.
+pub async fn screen(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Ok(fw) = state.firewall() else {
+        return next.run(req).await;
+    };
+    let caller = req
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or_else(Caller::anonymous);
+    let policy = fw.policy(&caller.key_id).clone();
+    let path = req.uri().path().to_string();
+    if policy.mode == Mode::Off
+        || req.method() != Method::POST
+        || !prompt_text::is_prompt_route(&path)
+    {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, state.config().body_limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::PayloadTooLarge {
+                limit: state.config().body_limit,
+            }
+            .into_response()
+        }
+    };
+    let texts = serde_json::from_slice(&bytes)
+        .ok()
+        .and_then(|v| prompt_text::texts(&path, &v, policy.turns));
+    let req = Request::from_parts(parts, Body::from(bytes));
+    // Not a prompt (or not JSON: the handler says why).
+    let Some(texts) = texts else {
+        return next.run(req).await;
+    };
+    let started = Instant::now();
+    let verdict = match fw.score(&caller, &texts).await {
+        Ok(v) => Verdict::merge(v),
+        Err(e) if policy.mode == Mode::Block => {
+            // Fail closed: a prompt that can't be scored isn't let through.
+            return ApiError::ModelUnavailable {
+                model: "prompt firewall".into(),
+                reason: e.to_string(),
+            }
+            .into_response();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "firewall: not scored");
+            return next.run(req).await;
+        }
+    };
+    let metrics = &state.gates().firewall_metrics;
+    metrics.latency.observe(started.elapsed());
+    if let Some(s) = verdict.injection_score {
+        metrics.scores.observe_value(f64::from(s));
+    }
+    let blocked = policy.decide(&verdict);
+    tracing::info!(
+        injection_score = verdict.injection_score,
+        pii = %verdict.pii_header(),
+        blocked = blocked.as_ref().map(BlockReason::label),
+        ms = started.elapsed().as_millis() as u64,
+        "firewall"
+    );
+    let mut resp = match blocked {
+        Some(reason) => {
+            match reason {
+                BlockReason::Injection { .. } => metrics.blocked_injection.add(1),
+                BlockReason::Pii { .. } => metrics.blocked_pii.add(1),
+            }
+            ApiError::PromptBlocked(policy.message.clone()).into_response()
+        }
+        None => next.run(req).await,
+    };
+    set_headers(resp.headers_mut(), &verdict);
+    resp
+}
+
+fn set_headers(h: &mut HeaderMap, v: &Verdict) {
+    if let Some(s) = v.injection_score {
+        h.insert(SCORE_HEADER, HeaderValue::from(u16::from(s)));
+    }
+    if let Ok(pii) = HeaderValue::from_str(&v.pii_header()) {
+        h.insert(PII_HEADER, pii);
+    }
+}

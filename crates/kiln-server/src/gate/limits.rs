@@ -1,0 +1,116 @@
+//! Per-key limits on the routes that run a model: requests and tokens per minute
+//! (`kiln-guard`'s buckets) and the daily neuron quota (checked against the usage
+//! store, so a restart does not reset it). Over a limit is 429 with `Retry-After`;
+//! every answer carries OpenAI's `x-ratelimit-*` headers for the limits the key has.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use kiln_guard::{reset_text, RateStatus};
+
+use crate::error::ApiError;
+use crate::lease::Caller;
+use crate::state::{unix_now, AppState};
+
+/// Whether a request runs a model (and so counts against the limits).
+pub(crate) fn runs_model(method: &Method, path: &str) -> bool {
+    if method != Method::POST {
+        return false;
+    }
+    matches!(
+        path,
+        "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/v1/responses"
+            | "/v1/firewall/score"
+    ) || path.starts_with("/ai/run/")
+        || (path.starts_with("/v1/agents/") && path.ends_with("/responses"))
+        || (path.starts_with("/v1/vector_stores/") && path.ends_with("/search"))
+}
+
+pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if !runs_model(req.method(), req.uri().path()) {
+        return next.run(req).await;
+    }
+    let key = req
+        .extensions()
+        .get::<Caller>()
+        .map_or_else(|| Caller::anonymous().key_id, |c| c.key_id.clone());
+    let gates = state.gates();
+    let status = match gates.limiter.admit(&key) {
+        Ok(s) => s,
+        Err(l) => {
+            let secs = l.retry_after.as_secs_f64().ceil() as u64;
+            let mut resp = ApiError::RateLimited {
+                message: format!(
+                    "rate limit reached for {}: {} per minute for this API key; retry in {}",
+                    l.what,
+                    l.limit,
+                    reset_text(l.retry_after)
+                ),
+                retry_after_secs: secs,
+            }
+            .into_response();
+            set_headers(resp.headers_mut(), &l.status);
+            return resp;
+        }
+    };
+    if let (Some(limit), Some(meter)) = (gates.quota.limit(&key), state.meter()) {
+        let (meter, k) = (meter.clone(), key.clone());
+        let used = tokio::task::spawn_blocking(move || meter.neurons_today(&k)).await;
+        match used {
+            Ok(Ok(used)) => {
+                if let Err(over) = gates.quota.check(&key, used, unix_now()) {
+                    return ApiError::QuotaExceeded {
+                        message: format!(
+                            "this API key has used {:.0} of its {:.0} neurons for today (UTC); the \
+                             quota resets at midnight UTC",
+                            over.used, limit
+                        ),
+                        retry_after_secs: over.retry_after.as_secs(),
+                    }
+                    .into_response();
+                }
+            }
+            // The quota is a budget, not a lock: a store that can't be read doesn't
+            // stop traffic, but it is logged.
+            Ok(Err(e)) => tracing::warn!(error = %e, "quota: cannot read today's usage"),
+            Err(e) => tracing::warn!(error = %e, "quota: the usage read failed"),
+        }
+    }
+    let mut resp = next.run(req).await;
+    set_headers(resp.headers_mut(), &status);
+    resp
+}
+
+/// OpenAI's headers for the buckets the key has.
+fn set_headers(h: &mut HeaderMap, s: &RateStatus) {
+    let families = [
+        (
+            &s.requests,
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+        ),
+        (
+            &s.tokens,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ),
+    ];
+    for (bucket, [limit, remaining, reset]) in families {
+        let Some(b) = bucket else { continue };
+        h.insert(limit, HeaderValue::from(b.limit));
+        h.insert(remaining, HeaderValue::from(b.remaining));
+        if let Ok(v) = HeaderValue::from_str(&reset_text(b.reset)) {
+            h.insert(reset, v);
+        }
+    }
+}

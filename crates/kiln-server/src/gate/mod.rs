@@ -1,0 +1,88 @@
+//! What stands in front of the model routes, in the order a request meets it: per-key
+//! rate limits and the daily neuron quota (`limits.rs`, 429 with `Retry-After` and
+//! OpenAI's `x-ratelimit-*` headers), the response cache (`cache.rs`, `x-kiln-cache`),
+//! and the prompt firewall (`firewall.rs`, 403 `prompt_blocked` and the
+//! `x-kiln-firewall-*` headers). The rules are `kiln-guard`'s; this module maps them to
+//! HTTP. `classifier.rs` runs the firewall's classifier on the server's models.
+
+pub mod cache;
+pub mod classifier;
+pub mod firewall;
+pub mod limits;
+mod prompt_text;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use kiln_guard::{Firewall, Limiter, Policies, Quota, RateLimits, ResponseCache};
+
+use crate::state::AppState;
+
+/// Starts the firewall on `state` when it serves a text-classification model (call on
+/// the runtime, before serving). Scoring prompts without one is a setup error.
+pub(crate) fn enable_firewall(state: &AppState) -> crate::error::Result<()> {
+    let served = state
+        .resolve_for(None, kiln_host::ModelKind::Classify)
+        .is_ok();
+    let policies = state.gates().policies.clone();
+    if !served {
+        if policies.any_on() {
+            return Err(crate::error::Error::Firewall(
+                "the prompt firewall is on but no text-classification model is served; serve \
+                 nanoguard-prompt-injection"
+                    .into(),
+            ));
+        }
+        return Ok(());
+    }
+    let model = Arc::new(classifier::ServerClassifier(state.downgrade()));
+    let _ = state
+        .gates()
+        .firewall
+        .set(Arc::new(Firewall::new(policies, model)));
+    Ok(())
+}
+
+/// How the gates are set up.
+#[derive(Debug, Clone, Default)]
+pub struct GuardSettings {
+    /// The firewall's policy and per-key overrides (off unless configured).
+    pub firewall: Policies,
+    pub rate_limits: RateLimits,
+    /// Per-key overrides, by key id.
+    pub key_rate_limits: HashMap<String, RateLimits>,
+    pub quota: Quota,
+    /// The response cache, when on.
+    pub cache: Option<CacheSettings>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSettings {
+    pub ttl: Duration,
+    pub max_bytes: usize,
+}
+
+/// The gates' state, one per server.
+pub(crate) struct Gates {
+    pub limiter: Arc<Limiter>,
+    pub quota: Quota,
+    pub cache: Option<ResponseCache>,
+    /// Set once the server is up, when it serves a classifier or scores prompts.
+    pub firewall: OnceLock<Arc<Firewall>>,
+    pub policies: Policies,
+    pub firewall_metrics: firewall::FirewallMetrics,
+}
+
+impl Gates {
+    pub fn new(s: &GuardSettings) -> Self {
+        Self {
+            limiter: Arc::new(Limiter::new(s.rate_limits, s.key_rate_limits.clone())),
+            quota: s.quota.clone(),
+            cache: s.cache.map(|c| ResponseCache::new(c.ttl, c.max_bytes)),
+            firewall: OnceLock::new(),
+            policies: s.firewall.clone(),
+            firewall_metrics: Default::default(),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The router holds each client key's rate limits for every node: two nodes, three
+//! requests a minute allowed, and the fourth is refused by the router whichever node
+//! would have taken it.
+
+use serde_json::json;
+
+use crate::harness::*;
+
+#[test]
+fn the_router_limits_each_key_across_nodes() {
+    serially(async {
+        let fleet: Vec<_> = (0..2).map(|_| node(&[SMOLLM2], &[])).collect();
+        let mut args: Vec<String> = vec![
+            "--rate-limit-rpm".into(),
+            "3".into(),
+            "--api-key".into(),
+            "sk-a".into(),
+            "--api-key".into(),
+            "sk-b".into(),
+        ];
+        for (i, n) in fleet.iter().enumerate() {
+            args.extend(["--node".into(), format!("{}@name=n{}", n.base_url(), i + 1)]);
+        }
+        let router = Router::start(&args).await;
+        let url = format!("{}/v1/completions", router.url());
+        let ask = |key: &'static str, i: usize| {
+            let url = url.clone();
+            async move {
+                // Different sessions, so the requests spread over both nodes.
+                let body = json!({"model": SMOLLM2, "prompt": format!("Item {i}"), "max_tokens": 1,
+                                  "user": format!("user-{i}")});
+                let auth = format!("Bearer {key}");
+                post(&url, &body, &[("authorization", auth.as_str())], |_, _| {}).await
+            }
+        };
+        for i in 0..3 {
+            let r = ask("sk-a", i).await;
+            assert_eq!(r.status, 200, "{:?}", r.events);
+        }
+        let refused = ask("sk-a", 3).await;
+        assert_eq!(refused.status, 429, "{:?}", refused.events);
+        let e = refused.json();
+        assert_eq!(e["error"]["code"], "rate_limit_exceeded", "{e}");
+        assert!(
+            refused.node.is_empty(),
+            "refused by the router, no node: {}",
+            refused.node
+        );
+        // Another key has its own bucket.
+        assert_eq!(ask("sk-b", 4).await.status, 200);
+    });
+}
