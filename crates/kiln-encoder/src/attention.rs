@@ -48,6 +48,22 @@ pub(crate) fn attention(
     scale: f32,
     out: &mut [f32],
 ) {
+    let all: Vec<usize> = spans.iter().map(|s| s.len).collect();
+    attention_queries(pool, qkv, spans, &all, heads, scale, out);
+}
+
+/// [`attention`] for only the first `queries[i]` rows of span `i` as queries (every
+/// row of the span is still a key and a value); the other rows of `out` are left as
+/// they were. A layer whose later rows are never read needs no more.
+pub(crate) fn attention_queries(
+    pool: &ThreadPool,
+    qkv: &[f32],
+    spans: &[Span],
+    queries: &[usize],
+    heads: Heads,
+    scale: f32,
+    out: &mut [f32],
+) {
     let width = heads.width();
     let stride = 3 * width;
     let rows = qkv.len() / stride.max(1);
@@ -60,38 +76,43 @@ pub(crate) fn attention(
         out.len(),
         spans.len()
     );
+    assert_eq!(
+        queries.len(),
+        spans.len(),
+        "attention: one query count per span"
+    );
     let hd = heads.head_dim;
-    let tasks: Vec<(Span, usize)> = spans
+    let tasks: Vec<(Span, usize, usize)> = spans
         .iter()
-        .filter(|s| s.len > 0)
-        .flat_map(|&s| (0..heads.n_heads).map(move |h| (s, h)))
+        .zip(queries)
+        .filter(|(s, &nq)| s.len > 0 && nq > 0)
+        .flat_map(|(&s, &nq)| (0..heads.n_heads).map(move |h| (s, nq.min(s.len), h)))
         .collect();
     let results: Vec<Mutex<Vec<f32>>> = tasks.iter().map(|_| Mutex::new(Vec::new())).collect();
     pool.run(tasks.len(), |i| {
-        let (span, h) = tasks[i];
+        let (span, nq, h) = tasks[i];
         let rows = &qkv[span.start * stride..(span.start + span.len) * stride];
-        let view = |offset: usize| MatRef::strided(&rows[offset..], span.len, hd, stride, 1);
-        let (q, k, v) = (view(h * hd), view(width + h * hd), view(2 * width + h * hd));
-        let mut scores = vec![0f32; span.len * span.len];
-        gemm(
-            scale,
-            q,
-            k.t(),
-            MatMut::new(&mut scores, span.len, span.len),
+        let view = |offset: usize, n: usize| MatRef::strided(&rows[offset..], n, hd, stride, 1);
+        let (q, k, v) = (
+            view(h * hd, nq),
+            view(width + h * hd, span.len),
+            view(2 * width + h * hd, span.len),
         );
+        let mut scores = vec![0f32; nq * span.len];
+        gemm(scale, q, k.t(), MatMut::new(&mut scores, nq, span.len));
         for row in scores.chunks_exact_mut(span.len) {
             softmax_inplace(row);
         }
-        let mut ctx = vec![0f32; span.len * hd];
+        let mut ctx = vec![0f32; nq * hd];
         gemm(
             1.0,
-            MatRef::new(&scores, span.len, span.len),
+            MatRef::new(&scores, nq, span.len),
             v,
-            MatMut::new(&mut ctx, span.len, hd),
+            MatMut::new(&mut ctx, nq, hd),
         );
         *results[i].lock().unwrap_or_else(|e| e.into_inner()) = ctx;
     });
-    for ((span, h), ctx) in tasks.iter().zip(results) {
+    for ((span, _, h), ctx) in tasks.iter().zip(results) {
         let ctx = ctx.into_inner().unwrap_or_else(|e| e.into_inner());
         for (r, src) in ctx.chunks_exact(hd).enumerate() {
             let dst = (span.start + r) * width + h * hd;
@@ -140,6 +161,25 @@ mod tests {
             .collect();
         let mut out = vec![0f32; rows * heads.width()];
         attention(&ThreadPool::new(2), &qkv, &spans, heads, 0.5, &mut out);
+        // The leading rows alone as queries give those rows the same answers.
+        let mut some = vec![0f32; rows * heads.width()];
+        attention_queries(
+            &ThreadPool::new(2),
+            &qkv,
+            &spans,
+            &[2, 1, 0],
+            heads,
+            0.5,
+            &mut some,
+        );
+        for r in (0..2).chain(5..6) {
+            let w = heads.width();
+            assert_eq!(some[r * w..(r + 1) * w], out[r * w..(r + 1) * w], "row {r}");
+        }
+        assert!(
+            some[6 * heads.width()..].iter().all(|&v| v == 0.0),
+            "no queries, untouched"
+        );
         for span in spans {
             for h in 0..heads.n_heads {
                 let want = naive(&qkv, span, h, heads, 0.5);

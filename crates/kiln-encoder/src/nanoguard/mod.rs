@@ -15,6 +15,7 @@ mod st_write;
 mod tiktoken;
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use kiln_backend::ThreadPool;
 
@@ -25,8 +26,8 @@ use crate::tokenize::{TextTokenizer, Tokens};
 use crate::weights::Tensors;
 use config::NanoGuardConfig;
 pub use convert::{convert, is_converted, KnownFile, OUTPUTS, SOURCES};
-use model::NanoGuardModel;
 pub use model::Precision;
+use model::{NanoGuardModel, Scratch};
 
 /// Most inputs per forward pass. Every input is `sequence_len` (512) rows, so this bounds
 /// activation memory (about 12 MiB per input) without changing results.
@@ -75,6 +76,8 @@ pub struct Classifier {
     model: NanoGuardModel,
     tokenizer: TextTokenizer,
     pool: ThreadPool,
+    /// Forward-pass buffers, one per concurrent caller.
+    scratch: Mutex<Vec<Scratch>>,
     dir: PathBuf,
 }
 
@@ -139,8 +142,24 @@ impl Classifier {
             model,
             tokenizer,
             pool,
+            scratch: Mutex::new(Vec::new()),
             dir: dir.to_path_buf(),
         })
+    }
+
+    fn take_scratch(&self) -> Scratch {
+        self.scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give_scratch(&self, s: Scratch) {
+        self.scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s);
     }
 
     /// Replaces the worker pool with one of `n_threads` threads (the caller included).
@@ -256,7 +275,11 @@ impl Classifier {
                 ids.resize(ids.len() + cfg.sequence_len - t.ids.len(), cfg.pad_token_id);
             }
             let n_real: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
-            let probs = self.model.forward(&self.pool, &ids, &n_real, p);
+            let mut scratch = self.take_scratch();
+            let probs = self
+                .model
+                .forward(&self.pool, &ids, &n_real, p, &mut scratch);
+            self.give_scratch(scratch);
             for (t, p) in batch.iter().zip(probs.chunks_exact(cfg.num_classes)) {
                 let mut scores: Vec<LabelScore> = cfg
                     .labels

@@ -15,7 +15,7 @@ use half::bf16;
 use kiln_backend::ThreadPool;
 
 use super::config::NanoGuardConfig;
-use crate::attention::{attention, Heads, Span};
+use crate::attention::{attention, attention_queries, Heads, Span};
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::ops::{layer_norm, mean_rows, relu_squared_inplace, rms_norm};
@@ -64,6 +64,37 @@ impl Block {
             (Some(q), Precision::Int8) => q[i].forward(pool, x, rows, out),
             _ => [&self.qkv, &self.attn_proj, &self.fc, &self.mlp_proj][i]
                 .forward(pool, x, rows, out),
+        }
+    }
+}
+
+/// A forward pass's buffers, kept between passes: allocating them afresh cost page
+/// faults and clearing on every call.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    x: Vec<f32>,
+    x0: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    ctx: Vec<f32>,
+    tmp: Vec<f32>,
+    hidden: Vec<f32>,
+}
+
+impl Scratch {
+    /// Sizes every buffer for `rows` rows of width `d` (contents are overwritten by
+    /// each stage before they are read).
+    fn fit(&mut self, rows: usize, d: usize) {
+        for (buf, width) in [
+            (&mut self.x, d),
+            (&mut self.x0, d),
+            (&mut self.xn, d),
+            (&mut self.qkv, 3 * d),
+            (&mut self.ctx, d),
+            (&mut self.tmp, d),
+            (&mut self.hidden, 4 * d),
+        ] {
+            buf.resize(rows * width, 0.0);
         }
     }
 }
@@ -138,6 +169,7 @@ impl NanoGuardModel {
         ids: &[u32],
         n_real: &[usize],
         p: Precision,
+        s: &mut Scratch,
     ) -> Vec<f32> {
         let d = self.cfg.n_embd;
         let t = self.cfg.sequence_len;
@@ -149,31 +181,42 @@ impl NanoGuardModel {
             })
             .collect();
 
-        let mut x = vec![0f32; rows * d];
+        s.fit(rows, d);
+        let Scratch {
+            x,
+            x0,
+            xn,
+            qkv,
+            ctx,
+            tmp,
+            hidden,
+        } = s;
         for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
             let id = id as usize;
             row.copy_from_slice(&self.wte[id * d..(id + 1) * d]);
             rms_norm(row, RMS_EPS);
         }
-        let x0 = x.clone();
+        x0.copy_from_slice(x);
         let heads = Heads {
             n_heads: self.cfg.n_head,
             head_dim: self.cfg.head_dim(),
         };
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
-        let mut xn = vec![0f32; rows * d];
-        let mut qkv = vec![0f32; rows * 3 * d];
-        let mut ctx = vec![0f32; rows * d];
-        let mut tmp = vec![0f32; rows * d];
-        let mut hidden = vec![0f32; rows * 4 * d];
+        // Real rows per input (BOS at least): after the last layer only they are read.
+        let real: Vec<usize> = n_real.iter().map(|&n| n.clamp(1, t)).collect();
+        let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
             let (a, b) = (self.resid_lambdas[i], self.x0_lambdas[i]);
-            for (v, &v0) in x.iter_mut().zip(&x0) {
+            for (v, &v0) in x.iter_mut().zip(x0.iter()) {
                 *v = a * *v + b * v0;
             }
-            normed_rows(&x, &mut xn, d);
-            block.project(0, p, pool, &xn, rows, &mut qkv);
-            for_each_row_block(pool, &mut qkv, 3 * d, |first, block| {
+            normed_rows(x, xn, d);
+            if i == 0 {
+                self.first_qkv(block, p, pool, xn, &spans, &real, qkv);
+            } else {
+                block.project(0, p, pool, xn, rows, qkv);
+            }
+            for_each_row_block(pool, qkv, 3 * d, |first, block| {
                 for (r, row) in block.chunks_exact_mut(3 * d).enumerate() {
                     let pos = (first + r) % t;
                     // Queries and keys: rotate, then RMS-normalise each head.
@@ -183,24 +226,40 @@ impl NanoGuardModel {
                     }
                 }
             });
-            attention(pool, &qkv, &spans, heads, scale, &mut ctx);
-            block.project(1, p, pool, &ctx, rows, &mut tmp);
-            kiln_kernels::ops::add_inplace(&mut x, &tmp);
+            let n = if i < last {
+                attention(pool, qkv, &spans, heads, scale, ctx);
+                rows
+            } else {
+                // The padding is still every query's key and value, but its own outputs
+                // go nowhere past this layer: the rest of the layer runs on the real
+                // rows alone, gathered to the front, the same arithmetic for each.
+                attention_queries(pool, qkv, &spans, &real, heads, scale, ctx);
+                let n = gather_front(x, &spans, &real, d);
+                gather_front(ctx, &spans, &real, d);
+                n
+            };
+            let x = &mut x[..n * d];
+            block.project(1, p, pool, &ctx[..n * d], n, &mut tmp[..n * d]);
+            kiln_kernels::ops::add_inplace(x, &tmp[..n * d]);
 
-            normed_rows(&x, &mut xn, d);
-            block.project(2, p, pool, &xn, rows, &mut hidden);
-            for_each_row_block(pool, &mut hidden, 4 * d, |_, block| {
+            normed_rows(x, &mut xn[..n * d], d);
+            block.project(2, p, pool, &xn[..n * d], n, &mut hidden[..n * 4 * d]);
+            for_each_row_block(pool, &mut hidden[..n * 4 * d], 4 * d, |_, block| {
                 relu_squared_inplace(block)
             });
-            block.project(3, p, pool, &hidden, rows, &mut tmp);
-            kiln_kernels::ops::add_inplace(&mut x, &tmp);
+            block.project(3, p, pool, &hidden[..n * 4 * d], n, &mut tmp[..n * d]);
+            kiln_kernels::ops::add_inplace(x, &tmp[..n * d]);
         }
-        normed_rows(&x, &mut xn, d);
+        // `x` now starts with the real rows, input after input.
+        let n: usize = real.iter().sum();
+        normed_rows(&x[..n * d], &mut xn[..n * d], d);
 
         let mut pooled = vec![0f32; n_real.len() * d];
-        for ((span, &n), out) in spans.iter().zip(n_real).zip(pooled.chunks_exact_mut(d)) {
-            let real = &xn[span.start * d..(span.start + n.max(1)) * d];
-            mean_rows(real, d, out);
+        let mut at = 0;
+        for (&n, out) in real.iter().zip(pooled.chunks_exact_mut(d)) {
+            let rows = &xn[at * d..(at + n) * d];
+            at += n;
+            mean_rows(rows, d, out);
             layer_norm(
                 out,
                 &self.cls_norm_weight,
@@ -215,6 +274,57 @@ impl NanoGuardModel {
             kiln_kernels::ops::softmax_inplace(row);
         }
         probs
+    }
+
+    /// The first layer's Q, K and V. Its padding rows are all the same row (one token's
+    /// embedding, nothing mixed in yet), so that row is projected once and copied: the
+    /// real rows and one padding row go through the layer, row by row as ever.
+    #[allow(clippy::too_many_arguments)]
+    fn first_qkv(
+        &self,
+        block: &Block,
+        p: Precision,
+        pool: &ThreadPool,
+        xn: &[f32],
+        spans: &[Span],
+        real: &[usize],
+        qkv: &mut [f32],
+    ) {
+        let d = self.cfg.n_embd;
+        let rows = xn.len() / d;
+        let pad_row = spans
+            .iter()
+            .zip(real)
+            .find(|(s, &n)| n < s.len)
+            .map(|(s, &n)| s.start + n);
+        let picked: Vec<usize> = spans
+            .iter()
+            .zip(real)
+            .flat_map(|(s, &n)| s.start..s.start + n)
+            .chain(pad_row)
+            .collect();
+        if picked.len() * 2 > rows {
+            block.project(0, p, pool, xn, rows, qkv);
+            return;
+        }
+        let mut input = Vec::with_capacity(picked.len() * d);
+        for &r in &picked {
+            input.extend_from_slice(&xn[r * d..(r + 1) * d]);
+        }
+        let mut out = vec![0f32; picked.len() * 3 * d];
+        block.project(0, p, pool, &input, picked.len(), &mut out);
+        let w = 3 * d;
+        for (k, &r) in picked.iter().enumerate() {
+            qkv[r * w..(r + 1) * w].copy_from_slice(&out[k * w..(k + 1) * w]);
+        }
+        if pad_row.is_some() {
+            let pad = &out[(picked.len() - 1) * w..];
+            for (s, &n) in spans.iter().zip(real) {
+                for r in s.start + n..s.start + s.len {
+                    qkv[r * w..(r + 1) * w].copy_from_slice(pad);
+                }
+            }
+        }
     }
 
     /// nanochat's rotation of one head at position `pos`: the two halves `(x1, x2)` become
@@ -234,6 +344,17 @@ impl NanoGuardModel {
     pub fn config(&self) -> &NanoGuardConfig {
         &self.cfg
     }
+}
+
+/// Moves the first `real[i]` rows of each span of `x` to the front, one after another
+/// (spans are in order, so each lands at or before where it was); how many rows.
+fn gather_front(x: &mut [f32], spans: &[Span], real: &[usize], d: usize) -> usize {
+    let mut at = 0;
+    for (s, &n) in spans.iter().zip(real) {
+        x.copy_within(s.start * d..(s.start + n) * d, at * d);
+        at += n;
+    }
+    at
 }
 
 /// `out = rms_norm(x)` row by row.
