@@ -16,18 +16,7 @@ pub fn new_hex() -> String {
 
 /// A random version-4 UUID, as Workers AI's request ids are.
 pub fn new_uuid() -> String {
-    let mut b: [u8; 16] = rand::rng().random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// The id of a batch's output (`out`) or error (`err`) file.

@@ -39,6 +39,39 @@ pub struct RateStatus {
     pub tokens: Option<BucketState>,
 }
 
+impl RateStatus {
+    /// OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers for the
+    /// limits the key has, as names and values.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::with_capacity(6);
+        let families = [
+            (
+                self.requests,
+                [
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-reset-requests",
+                ],
+            ),
+            (
+                self.tokens,
+                [
+                    "x-ratelimit-limit-tokens",
+                    "x-ratelimit-remaining-tokens",
+                    "x-ratelimit-reset-tokens",
+                ],
+            ),
+        ];
+        for (bucket, [limit, remaining, reset]) in families {
+            let Some(b) = bucket else { continue };
+            out.push((limit, b.limit.to_string()));
+            out.push((remaining, b.remaining.to_string()));
+            out.push((reset, reset_text(b.reset)));
+        }
+        out
+    }
+}
+
 /// A refused request: which limit, and when to try again.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limited {

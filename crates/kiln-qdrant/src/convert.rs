@@ -12,7 +12,6 @@ use qdrant_client::qdrant::{
 };
 use qdrant_client::Payload;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 /// The payload keys a point carries besides its vector.
 pub(crate) const ID: &str = "id";
@@ -27,24 +26,12 @@ pub(crate) fn distance(m: Metric) -> Distance {
     }
 }
 
-/// The point id of vector `id`: a UUID from the id's SHA-256 (Qdrant takes numbers or
+/// The point id of vector `id`: its name-based (v5) UUID (Qdrant takes numbers or
 /// UUIDs; Vectorize ids are strings up to 64 bytes).
 pub(crate) fn point_id(id: &str) -> PointId {
-    let d = Sha256::digest(id.as_bytes());
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&d[..16]);
-    b[6] = (b[6] & 0x0f) | 0x50; // version 5 (name-based)
-    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let u = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, id.as_bytes());
     PointId {
-        point_id_options: Some(PointIdOptions::Uuid(format!(
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..]
-        ))),
+        point_id_options: Some(PointIdOptions::Uuid(u.to_string())),
     }
 }
 

@@ -1,17 +1,8 @@
 //! OpenAI's list paging (`limit`, `order`, `after`, `before`) over rows ordered by
 //! their `seq`.
 
+pub use kiln_files::Order;
 use rusqlite::types::Value as Sql;
-
-/// Which end of the list comes first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Order {
-    /// Oldest first.
-    Asc,
-    /// Newest first (OpenAI's default).
-    #[default]
-    Desc,
-}
 
 /// What to list: at most `limit` rows after (or before) a cursor, an id from a page.
 #[derive(Debug, Clone, PartialEq, Eq)]

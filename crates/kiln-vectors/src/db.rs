@@ -477,18 +477,9 @@ pub(crate) fn touch(conn: &Connection, index_id: i64, mutation: &str) -> Result<
     Ok(())
 }
 
-/// A fresh mutation id (a UUID's shape).
+/// A fresh mutation id (a random UUID, as Vectorize's are).
 pub(crate) fn new_mutation_id() -> String {
-    let b: [u8; 16] = rand::random();
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// The value of `property` (dotted path) in `meta` as its metadata-index column holds

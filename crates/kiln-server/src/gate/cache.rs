@@ -40,13 +40,11 @@ pub async fn serve_cached(State(state): State<AppState>, req: Request, next: Nex
         .get::<Caller>()
         .cloned()
         .unwrap_or_else(Caller::anonymous);
-    let (parts, body) = req.into_parts();
-    let limit = state.config().body_limit;
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return ApiError::PayloadTooLarge { limit }.into_response();
+    let (req, bytes) = match super::buffered(&state, req).await {
+        Ok(b) => b,
+        Err(too_large) => return too_large,
     };
     let json: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let req = Request::from_parts(parts, Body::from(bytes));
     let Some(json) = json else {
         return next.run(req).await;
     };

@@ -7,7 +7,6 @@
 
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
@@ -67,20 +66,13 @@ pub async fn screen(State(state): State<AppState>, req: Request, next: Next) -> 
     {
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, state.config().body_limit).await {
+    let (req, bytes) = match super::buffered(&state, req).await {
         Ok(b) => b,
-        Err(_) => {
-            return ApiError::PayloadTooLarge {
-                limit: state.config().body_limit,
-            }
-            .into_response()
-        }
+        Err(too_large) => return too_large,
     };
     let texts = serde_json::from_slice(&bytes)
         .ok()
         .and_then(|v| prompt_text::texts(&path, &v, policy.turns));
-    let req = Request::from_parts(parts, Body::from(bytes));
     // Not a prompt (or not JSON: the handler says why).
     let Some(texts) = texts else {
         return next.run(req).await;

@@ -87,30 +87,9 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
 
 /// OpenAI's headers for the buckets the key has.
 fn set_headers(h: &mut HeaderMap, s: &RateStatus) {
-    let families = [
-        (
-            &s.requests,
-            [
-                "x-ratelimit-limit-requests",
-                "x-ratelimit-remaining-requests",
-                "x-ratelimit-reset-requests",
-            ],
-        ),
-        (
-            &s.tokens,
-            [
-                "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-tokens",
-                "x-ratelimit-reset-tokens",
-            ],
-        ),
-    ];
-    for (bucket, [limit, remaining, reset]) in families {
-        let Some(b) = bucket else { continue };
-        h.insert(limit, HeaderValue::from(b.limit));
-        h.insert(remaining, HeaderValue::from(b.remaining));
-        if let Ok(v) = HeaderValue::from_str(&reset_text(b.reset)) {
-            h.insert(reset, v);
+    for (name, value) in s.headers() {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
         }
     }
 }

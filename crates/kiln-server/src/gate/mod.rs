@@ -44,6 +44,24 @@ pub(crate) fn enable_firewall(state: &AppState) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The request's body read whole (under the server's body limit), and the request
+/// rebuilt around it for the handler; a body over the limit is its 413.
+pub(crate) async fn buffered(
+    state: &AppState,
+    req: axum::extract::Request,
+) -> Result<(axum::extract::Request, axum::body::Bytes), axum::response::Response> {
+    use axum::response::IntoResponse;
+    let limit = state.config().body_limit;
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok((
+            axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone())),
+            bytes,
+        )),
+        Err(_) => Err(crate::error::ApiError::PayloadTooLarge { limit }.into_response()),
+    }
+}
+
 /// How the gates are set up.
 #[derive(Debug, Clone, Default)]
 pub struct GuardSettings {
