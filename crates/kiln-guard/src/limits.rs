@@ -81,6 +81,23 @@ pub struct Limited {
     pub status: RateStatus,
 }
 
+impl Limited {
+    /// What a client is told.
+    pub fn message(&self) -> String {
+        format!(
+            "rate limit reached for {}: {} per minute for this API key; retry in {}",
+            self.what,
+            self.limit,
+            reset_text(self.retry_after)
+        )
+    }
+
+    /// Whole seconds for `Retry-After` (rounded up).
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil() as u64
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     level: f64,

@@ -9,7 +9,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use kiln_guard::{reset_text, RateStatus};
+use kiln_guard::RateStatus;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -58,13 +58,8 @@ pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next)
         Ok(s) => s,
         Err(l) => {
             let mut resp = ApiError::RateLimited {
-                message: format!(
-                    "rate limit reached for {}: {} per minute for this API key; retry in {}",
-                    l.what,
-                    l.limit,
-                    reset_text(l.retry_after)
-                ),
-                retry_after_secs: l.retry_after.as_secs_f64().ceil() as u64,
+                message: l.message(),
+                retry_after_secs: l.retry_after_secs(),
             }
             .into_response();
             set_headers(&mut resp, &l.status);

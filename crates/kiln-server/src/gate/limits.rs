@@ -7,7 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use kiln_guard::{reset_text, RateStatus};
+use kiln_guard::RateStatus;
 
 use crate::error::ApiError;
 use crate::lease::Caller;
@@ -42,15 +42,9 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
     let status = match gates.limiter.admit(&key) {
         Ok(s) => s,
         Err(l) => {
-            let secs = l.retry_after.as_secs_f64().ceil() as u64;
             let mut resp = ApiError::RateLimited {
-                message: format!(
-                    "rate limit reached for {}: {} per minute for this API key; retry in {}",
-                    l.what,
-                    l.limit,
-                    reset_text(l.retry_after)
-                ),
-                retry_after_secs: secs,
+                message: l.message(),
+                retry_after_secs: l.retry_after_secs(),
             }
             .into_response();
             set_headers(resp.headers_mut(), &l.status);
