@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -163,31 +163,8 @@ async fn inbound(
     path_model: Option<String>,
 ) -> Result<Inbound, ApiError> {
     let received = Instant::now();
-    let limit = state.config().body_limit;
     let (parts, body) = req.into_parts();
-    let too_large = ApiError::PayloadTooLarge { limit };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large);
-    }
-    let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let e = e.into_inner();
-        if e.downcast_ref::<http_body_util::LengthLimitError>()
-            .is_some()
-        {
-            too_large
-        } else if kiln_http::is_body_timeout(&*e) {
-            ApiError::BodyTimeout {
-                limit_s: state.config().limits.body_timeout.as_secs(),
-            }
-        } else {
-            ApiError::BadBody(e.to_string())
-        }
-    })?;
+    let body = read_body(state, &parts.headers, body).await?;
     let peek: Option<Peek> = serde_json::from_slice(&body).ok();
     let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let model = path_model.or_else(|| field(peek.as_ref().and_then(|p| p.model.as_ref())));
@@ -203,6 +180,37 @@ async fn inbound(
         body,
         model,
         received,
+    })
+}
+
+/// Reads a request body up to the configured limit, naming why it could not.
+pub(crate) async fn read_body(
+    state: &RouterState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<bytes::Bytes, ApiError> {
+    let limit = state.config().body_limit;
+    let too_large = ApiError::PayloadTooLarge { limit };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large);
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let e = e.into_inner();
+        if e.downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            too_large
+        } else if kiln_http::is_body_timeout(&*e) {
+            ApiError::BodyTimeout {
+                limit_s: state.config().limits.body_timeout.as_secs(),
+            }
+        } else {
+            ApiError::BadBody(e.to_string())
+        }
     })
 }
 

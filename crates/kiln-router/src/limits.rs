@@ -66,11 +66,11 @@ pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next)
             return resp;
         }
     };
-    // The body is read again by the route; a request over the body limit fails there.
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, state.config().body_limit)
-        .await
-        .unwrap_or_default();
+    let bytes = match crate::app::read_body(&state, &parts.headers, body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     limiter.consume_tokens(&key, estimate_tokens(&bytes));
     let req = Request::from_parts(parts, axum::body::Body::from(bytes));
     let mut resp = next.run(req).await;

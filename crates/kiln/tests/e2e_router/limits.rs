@@ -1,6 +1,6 @@
 //! The router holds each client key's rate limits for every node: two nodes, three
 //! requests a minute allowed, and the fourth is refused by the router whichever node
-//! would have taken it.
+//! would have taken it. A body too large to count is refused, not passed on.
 
 use serde_json::json;
 
@@ -17,6 +17,8 @@ fn the_router_limits_each_key_across_nodes() {
             "sk-a".into(),
             "--api-key".into(),
             "sk-b".into(),
+            "--max-body-size".into(),
+            "8KiB".into(),
         ];
         for (i, n) in fleet.iter().enumerate() {
             args.extend(["--node".into(), format!("{}@name=n{}", n.base_url(), i + 1)]);
@@ -48,5 +50,22 @@ fn the_router_limits_each_key_across_nodes() {
         );
         // Another key has its own bucket.
         assert_eq!(ask("sk-b", 4).await.status, 200);
+        // A body over the router's limit, sent without a length, is refused whole,
+        // not forwarded empty.
+        let huge = json!({"model": SMOLLM2, "prompt": "x".repeat(16 << 10), "max_tokens": 1});
+        let chunks = vec![Ok::<_, std::io::Error>(huge.to_string().into_bytes())];
+        let resp = client()
+            .post(&url)
+            .header("authorization", "Bearer sk-b")
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                chunks,
+            )))
+            .send()
+            .await
+            .expect("send a chunked body");
+        assert_eq!(resp.status(), 413);
+        let e: serde_json::Value = resp.json().await.expect("an error body");
+        assert_eq!(e["error"]["code"], "request_too_large", "{e}");
     });
 }
