@@ -1,6 +1,7 @@
 //! The router holds each client key's rate limits for every node: two nodes, three
 //! requests a minute allowed, and the fourth is refused by the router whichever node
-//! would have taken it. A body too large to count is refused, not passed on.
+//! would have taken it. Tokens per minute likewise, counted on arrival. A body too large
+//! to count is refused, not passed on.
 
 use serde_json::json;
 
@@ -67,5 +68,52 @@ fn the_router_limits_each_key_across_nodes() {
         assert_eq!(resp.status(), 413);
         let e: serde_json::Value = resp.json().await.expect("an error body");
         assert_eq!(e["error"]["code"], "request_too_large", "{e}");
+        drop(router);
+
+        // Tokens per minute: a request's estimate (its text at four characters a token
+        // plus its cap) is taken on arrival, so the second request finds the bucket empty.
+        let mut args: Vec<String> = ["--rate-limit-tpm", "100", "--api-key", "sk-c"]
+            .map(String::from)
+            .into();
+        for (i, n) in fleet.iter().enumerate() {
+            args.extend(["--node".into(), format!("{}@name=n{}", n.base_url(), i + 1)]);
+        }
+        let router = Router::start(&args).await;
+        let url = format!("{}/v1/completions", router.url());
+        let body = json!({"model": SMOLLM2, "prompt": "Count: one two three", "max_tokens": 120});
+        let send = || {
+            client()
+                .post(&url)
+                .header("authorization", "Bearer sk-c")
+                .json(&body)
+                .send()
+        };
+        let first = send().await.expect("first request");
+        assert_eq!(first.status(), 200);
+        let header = |r: &reqwest::Response, name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            header(&first, "x-ratelimit-limit-tokens").as_deref(),
+            Some("100")
+        );
+        let second = send().await.expect("second request");
+        assert_eq!(second.status(), 429);
+        let retry: u64 = header(&second, "retry-after")
+            .and_then(|v| v.parse().ok())
+            .expect("a Retry-After in seconds");
+        assert!((1..=60).contains(&retry), "Retry-After {retry}");
+        let e: serde_json::Value = second.json().await.expect("an error body");
+        assert_eq!(e["error"]["code"], "rate_limit_exceeded", "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("tokens"),
+            "the message names the token limit: {e}"
+        );
     });
 }
