@@ -182,6 +182,17 @@ pub fn query_number(
     }
 }
 
+/// Query parameter `order`: `desc` (the default) or `asc`, as OpenAI's lists take it.
+pub fn query_order(
+    q: &std::collections::HashMap<String, String>,
+) -> Result<kiln_files::Order, ApiError> {
+    match q.get("order").map(String::as_str) {
+        None | Some("desc") => Ok(kiln_files::Order::Desc),
+        Some("asc") => Ok(kiln_files::Order::Asc),
+        Some(_) => Err(ApiError::invalid("order", "`order` must be asc or desc")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

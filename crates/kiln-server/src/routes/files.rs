@@ -10,11 +10,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::files::{FileDeleted, FileObject, List};
-use kiln_files::{ListQuery, Order, StoredFile};
+use kiln_files::{ListQuery, StoredFile};
 use tokio_util::io::ReaderStream;
 
 use crate::error::ApiError;
-use crate::extract::query_number;
+use crate::extract::{query_number, query_order};
 use crate::lease::CallContext;
 use crate::state::AppState;
 
@@ -82,11 +82,7 @@ pub async fn list(
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Json<List<FileObject>>, ApiError> {
     let limit = query_number(&q, "limit", 1..=10_000)?.unwrap_or(10_000);
-    let order = match q.get("order").map(String::as_str) {
-        None | Some("desc") => Order::Desc,
-        Some("asc") => Order::Asc,
-        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
-    };
+    let order = query_order(&q)?;
     let query = ListQuery {
         purpose: q.remove("purpose"),
         after: q.remove("after"),

@@ -11,10 +11,10 @@ use kiln_api::vector_stores::{
     ModifyVectorStore, SearchPage, SearchRequest, UpdateFileAttributes, VectorStore,
     VectorStoreFile,
 };
-use kiln_rag::{ListQuery, Order, Search};
+use kiln_rag::{ListQuery, Search};
 
 use crate::error::ApiError;
-use crate::extract::{query_number, ApiJson};
+use crate::extract::{query_number, query_order, ApiJson};
 use crate::lease::CallContext;
 use crate::state::AppState;
 
@@ -244,14 +244,9 @@ pub async fn list_batch_files(
 /// OpenAI's paging parameters: `limit` 1 to 100 (20), `order` (desc), `after`, `before`.
 fn list_query(q: &mut HashMap<String, String>) -> Result<ListQuery, ApiError> {
     let limit = query_number(q, "limit", 1..=100)?.unwrap_or(20);
-    let order = match q.get("order").map(String::as_str) {
-        None | Some("desc") => Order::Desc,
-        Some("asc") => Order::Asc,
-        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
-    };
     Ok(ListQuery {
         limit,
-        order,
+        order: query_order(q)?,
         after: q.remove("after"),
         before: q.remove("before"),
     })
