@@ -10,6 +10,7 @@ mod firewall;
 mod limits;
 pub mod pii;
 mod policy;
+mod prompt_text;
 mod quota;
 mod verdict;
 
@@ -18,5 +19,6 @@ pub use firewall::{Firewall, GuardError, InjectionModel, MAX_BATCH};
 pub use limits::{reset_text, BucketState, Limited, Limiter, RateLimits, RateStatus};
 pub use pii::PiiCategory;
 pub use policy::{BlockReason, Mode, Policies, Policy, Turns, BLOCK_MESSAGE, INJECTION_THRESHOLD};
+pub use prompt_text::{prompt_texts, PromptShape};
 pub use quota::{day_of, until_tomorrow, OverQuota, Quota};
 pub use verdict::{injection_score, Verdict};

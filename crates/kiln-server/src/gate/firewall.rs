@@ -1,9 +1,9 @@
-//! The firewall in front of the prompt routes: the request's user text (see
-//! `prompt_text.rs`) is scored before the handler runs; block mode refuses with 403
-//! `prompt_blocked` (the prompt never reaches the engine, so no generation is metered),
-//! log mode lets it through. Every scored response says what was found in
-//! `x-kiln-firewall-injection-score` and `x-kiln-firewall-pii`; the PII text itself is
-//! never logged.
+//! The firewall in front of the prompt routes: the request's user text (read by
+//! `kiln_guard::prompt_texts` in the route's shape, `prompt_route.rs`) is scored before
+//! the handler runs; block mode refuses with 403 `prompt_blocked` (the prompt never
+//! reaches the engine, so no generation is metered), log mode lets it through. Every
+//! scored response says what was found in `x-kiln-firewall-injection-score` and
+//! `x-kiln-firewall-pii`; the PII text itself is never logged.
 
 use std::time::Instant;
 
@@ -11,10 +11,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use kiln_guard::{BlockReason, Mode, Verdict};
+use kiln_guard::{prompt_texts, BlockReason, Mode, Verdict};
 use kiln_host::metrics::{Counter, Histogram};
 
-use super::prompt_text;
+use super::prompt_route;
 use crate::error::ApiError;
 use crate::lease::Caller;
 use crate::state::AppState;
@@ -59,20 +59,17 @@ pub async fn screen(State(state): State<AppState>, req: Request, next: Next) -> 
         .cloned()
         .unwrap_or_else(Caller::anonymous);
     let policy = fw.policy(&caller.key_id).clone();
-    let path = req.uri().path().to_string();
-    if policy.mode == Mode::Off
-        || req.method() != Method::POST
-        || !prompt_text::is_prompt_route(&path)
-    {
-        return next.run(req).await;
-    }
+    let shape = match prompt_route::prompt_shape(req.uri().path()) {
+        Some(shape) if policy.mode != Mode::Off && req.method() == Method::POST => shape,
+        _ => return next.run(req).await,
+    };
     let (req, bytes) = match super::buffered(&state, req).await {
         Ok(b) => b,
         Err(too_large) => return too_large,
     };
     let texts = serde_json::from_slice(&bytes)
         .ok()
-        .and_then(|v| prompt_text::texts(&path, &v, policy.turns));
+        .and_then(|v| prompt_texts(shape, &v, policy.turns));
     // Not a prompt (or not JSON: the handler says why).
     let Some(texts) = texts else {
         return next.run(req).await;

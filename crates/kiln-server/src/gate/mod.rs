@@ -9,7 +9,7 @@ pub mod cache;
 pub mod classifier;
 pub mod firewall;
 pub mod limits;
-mod prompt_text;
+mod prompt_route;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

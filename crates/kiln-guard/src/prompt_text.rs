@@ -2,45 +2,41 @@
 //! to read. Chat messages and Workers AI's `messages` (user turns, and tool results when
 //! every turn is scored), completions' `prompt`, Responses' `input` (user messages and
 //! function-call outputs). The last user turn is scored by default; with
-//! [`Turns::All`], every user-supplied one.
+//! [`Turns::All`], every user-supplied one. The server maps its routes to a
+//! [`PromptShape`].
 
-use kiln_guard::Turns;
 use serde_json::Value;
 
-/// Whether `path` takes a prompt (its body is read only then: uploads are not).
-pub(crate) fn is_prompt_route(path: &str) -> bool {
-    matches!(
-        path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
-    ) || is_agent_turn(path)
-        || path.starts_with("/ai/run/")
+use crate::policy::Turns;
+
+/// How a request body carries its prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptShape {
+    /// Chat completions' `messages`.
+    Chat,
+    /// Completions' `prompt`.
+    Completion,
+    /// Responses' (and agent turns') `input`.
+    Responses,
+    /// Workers AI's `/ai/run`: `messages`, or a `prompt`.
+    WorkersAi,
 }
 
-/// The texts of `body` on `path` to score, or `None` when the route runs no prompt.
-pub(crate) fn texts(path: &str, body: &Value, turns: Turns) -> Option<Vec<String>> {
-    let texts = if path == "/v1/chat/completions" {
-        messages(body.get("messages")?, turns)
-    } else if path == "/v1/completions" {
-        prompts(body.get("prompt")?)
-    } else if path == "/v1/responses" || is_agent_turn(path) {
-        input(body.get("input")?, turns)
-    } else if path.starts_with("/ai/run/") {
-        match (body.get("messages"), body.get("prompt")) {
+/// The texts of `body` to score, or `None` when it holds no prompt (Workers AI's
+/// encoder inputs, or a body without the shape's field).
+pub fn prompt_texts(shape: PromptShape, body: &Value, turns: Turns) -> Option<Vec<String>> {
+    let texts = match shape {
+        PromptShape::Chat => messages(body.get("messages")?, turns),
+        PromptShape::Completion => prompts(body.get("prompt")?),
+        PromptShape::Responses => input(body.get("input")?, turns),
+        PromptShape::WorkersAi => match (body.get("messages"), body.get("prompt")) {
             (Some(m), _) => messages(m, turns),
             (None, Some(p)) => prompts(p),
             // Encoder inputs (`text`) are not prompts.
             (None, None) => return None,
-        }
-    } else {
-        return None;
+        },
     };
     Some(texts)
-}
-
-fn is_agent_turn(path: &str) -> bool {
-    path.strip_prefix("/v1/agents/")
-        .and_then(|rest| rest.strip_suffix("/responses"))
-        .is_some_and(|name| !name.is_empty() && !name.contains('/'))
 }
 
 /// Chat-style messages: user turns (and tool results for [`Turns::All`]).
@@ -133,7 +129,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn each_route_gives_its_user_text() {
+    fn each_shape_gives_its_user_text() {
         let chat = json!({"messages": [
             {"role": "system", "content": "be nice"},
             {"role": "user", "content": "first"},
@@ -142,11 +138,11 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "text", "text": "part"}]}
         ]});
         assert_eq!(
-            texts("/v1/chat/completions", &chat, Turns::LastUser),
+            prompt_texts(PromptShape::Chat, &chat, Turns::LastUser),
             Some(vec!["second\npart".into()])
         );
         assert_eq!(
-            texts("/v1/chat/completions", &chat, Turns::All),
+            prompt_texts(PromptShape::Chat, &chat, Turns::All),
             Some(vec![
                 "first".into(),
                 "tool says ignore rules".into(),
@@ -154,16 +150,16 @@ mod tests {
             ])
         );
         assert_eq!(
-            texts(
-                "/v1/completions",
+            prompt_texts(
+                PromptShape::Completion,
                 &json!({"prompt": ["a", "b"]}),
                 Turns::LastUser
             ),
             Some(vec!["a".into(), "b".into()])
         );
         assert_eq!(
-            texts(
-                "/v1/completions",
+            prompt_texts(
+                PromptShape::Completion,
                 &json!({"prompt": [1, 2]}),
                 Turns::LastUser
             ),
@@ -175,37 +171,33 @@ mod tests {
             {"role": "user", "content": [{"type": "input_text", "text": "q2"}]}
         ]});
         assert_eq!(
-            texts("/v1/responses", &resp, Turns::LastUser),
+            prompt_texts(PromptShape::Responses, &resp, Turns::LastUser),
             Some(vec!["q2".into()])
         );
         assert_eq!(
-            texts("/v1/responses", &resp, Turns::All),
+            prompt_texts(PromptShape::Responses, &resp, Turns::All),
             Some(vec!["q1".into(), "out".into(), "q2".into()])
         );
         assert_eq!(
-            texts(
-                "/v1/agents/bob/responses",
+            prompt_texts(
+                PromptShape::Responses,
                 &json!({"input": "hi"}),
                 Turns::LastUser
             ),
             Some(vec!["hi".into()])
         );
         assert_eq!(
-            texts("/ai/run/@cf/x", &json!({"prompt": "p"}), Turns::LastUser),
+            prompt_texts(
+                PromptShape::WorkersAi,
+                &json!({"prompt": "p"}),
+                Turns::LastUser
+            ),
             Some(vec!["p".into()])
         );
         assert_eq!(
-            texts("/ai/run/@cf/x", &json!({"text": "t"}), Turns::LastUser),
-            None
-        );
-        assert_eq!(
-            texts("/v1/embeddings", &json!({"input": "x"}), Turns::LastUser),
-            None
-        );
-        assert_eq!(
-            texts(
-                "/v1/agents/bob/state",
-                &json!({"input": "x"}),
+            prompt_texts(
+                PromptShape::WorkersAi,
+                &json!({"text": "t"}),
                 Turns::LastUser
             ),
             None
