@@ -49,16 +49,7 @@ async fn disconnect_aborts_and_frees_kv_blocks() {
 }
 
 async fn metric_with(base: &str, name: &str, label: &str) -> f64 {
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = metrics_text(base).await;
     let series = format!("{name}{{model_name=\"{MODEL}\",{label}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("{series} missing"))
+    series_value(&text, &series).unwrap_or_else(|| panic!("{series} missing"))
 }

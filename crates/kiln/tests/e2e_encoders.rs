@@ -491,19 +491,10 @@ async fn encoders_serve_beside_text_models() {
         assert_eq!(c[m]["memory_bytes"], 4 * params, "{c:?}");
     }
     let series = |name: &str, model: &str| format!("{name}{{model_name=\"{model}\"}} ");
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = metrics_text(&base).await;
     let value = |name: &str, model: &str| -> f64 {
         let s = series(name, model);
-        text.lines()
-            .find_map(|l| l.strip_prefix(&s).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("{s} not in /metrics"))
+        series_value(&text, &s).unwrap_or_else(|| panic!("{s} not in /metrics"))
     };
     assert_eq!(
         value("kiln:prompt_tokens_total", MINILM),

@@ -204,14 +204,7 @@ fn block_mode_refuses_injections_and_listed_pii_and_meters_no_generation_for_the
             "{v}"
         );
 
-        let text = client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = metrics_text(&base).await;
         let count = |label: &str| {
             text.lines()
                 .find(|l| l.starts_with("kiln:firewall_blocks_total") && l.contains(label))

@@ -141,19 +141,9 @@ fn cached(v: &Value) -> u64 {
 }
 
 async fn adapter_loads(base: &str) -> f64 {
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let text = metrics_text(base).await;
     let series = "kiln:lora_adapter_loads_total{model_name=\"base\"} ";
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("{series} not in /metrics"))
+    series_value(&text, series).unwrap_or_else(|| panic!("{series} not in /metrics"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

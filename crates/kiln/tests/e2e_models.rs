@@ -74,15 +74,7 @@ async fn complete(base: &str, model: &str, stream: bool) -> (u16, Option<String>
 
 /// `name{model_name="model"}` for every model.
 async fn per_model(base: &str, name: &str) -> HashMap<String, f64> {
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
-        .text()
-        .await
-        .unwrap_or_default();
+    let text = metrics_text(base).await;
     let prefix = format!("{name}{{model_name=\"");
     text.lines()
         .filter_map(|l| l.strip_prefix(&prefix))

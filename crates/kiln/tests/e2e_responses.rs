@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use kiln_testkit::server::ServerProcess;
 use serde_json::json;
-use support::python::{run_script_with, show, McpFixture};
+use support::python::{assert_checks_passed, run_script_with, McpFixture};
 use support::*;
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct";
@@ -48,19 +48,7 @@ fn python_responses_checks_pass() {
         &[&mcp.url, "sk-first", "sk-second"],
         Duration::from_secs(1500),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "responses checks failed:\n{}\n--- server\n{}",
-        show(&out),
-        server.log_tail()
-    );
-    assert_eq!(
-        stdout.lines().last(),
-        Some("all responses checks passed"),
-        "{stdout}"
-    );
+    assert_checks_passed(&out, "responses", &server.log_tail());
 }
 
 fn serve_on(data: &Path) -> ServerProcess {

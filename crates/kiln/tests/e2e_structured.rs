@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::python::{run_script, show, venv_python};
+use support::python::{assert_checks_passed, run_script, venv_python};
 use support::*;
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct";
@@ -42,8 +42,6 @@ fn python_structured_checks_pass() {
         QWEN,
         Duration::from_secs(1500),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
     // The constrained requests show in the metrics (read first, so a failing script
     // still reports them).
     let (constrained, mask, wait) = block_on(async {
@@ -54,17 +52,7 @@ fn python_structured_checks_pass() {
         )
     });
     eprintln!("constrained sequences {constrained}, mask {mask} s, mask wait {wait} s");
-    assert!(
-        out.status.success(),
-        "structured checks failed:\n{}\n--- server\n{}",
-        show(&out),
-        server.log_tail()
-    );
-    assert_eq!(
-        stdout.lines().last(),
-        Some("all structured checks passed"),
-        "{stdout}"
-    );
+    assert_checks_passed(&out, "structured", &server.log_tail());
     assert!(
         constrained > 0.0,
         "constrained_sequences_total {constrained}"

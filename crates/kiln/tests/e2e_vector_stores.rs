@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use kiln_testkit::server::ServerProcess;
 use serde_json::{json, Value};
-use support::python::{run_script_with, show};
+use support::python::{assert_checks_passed, run_script_with};
 use support::*;
 
 const MINILM: &str = "all-minilm-l6-v2";
@@ -49,19 +49,7 @@ fn python_vector_store_checks_pass() {
         &[KEY, "sk-other"],
         Duration::from_secs(1200),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "vector store checks failed:\n{}\n--- server\n{}",
-        show(&out),
-        server.log_tail()
-    );
-    assert_eq!(
-        stdout.lines().last(),
-        Some("all vector store checks passed"),
-        "{stdout}"
-    );
+    assert_checks_passed(&out, "vector store", &server.log_tail());
 }
 
 fn serve(data: &Path) -> ServerProcess {

@@ -105,7 +105,14 @@ pub async fn metric(base: &str, name: &str) -> f64 {
 
 /// `name{model_name="<model>"}` from `/metrics`.
 pub async fn model_metric(base: &str, model: &str, name: &str) -> f64 {
-    let text = client()
+    let text = metrics_text(base).await;
+    let series = format!("{name}{{model_name=\"{model}\"}} ");
+    series_value(&text, &series).unwrap_or_else(|| panic!("{series} not in /metrics:\n{text}"))
+}
+
+/// The whole `/metrics` page; panics if it can't be read.
+pub async fn metrics_text(base: &str) -> String {
+    client()
         .get(format!("{base}/metrics"))
         .send()
         .await
@@ -113,11 +120,14 @@ pub async fn model_metric(base: &str, model: &str, name: &str) -> f64 {
         .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
         .text()
         .await
-        .unwrap_or_else(|e| panic!("metrics body: {e}"));
-    let series = format!("{name}{{model_name=\"{model}\"}} ");
+        .unwrap_or_else(|e| panic!("metrics body: {e}"))
+}
+
+/// The value of the line of `text` that starts with `series` (its name, labels and the
+/// space before the value).
+pub fn series_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("{series} not in /metrics:\n{text}"))
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
 }
 
 /// Polls `/metrics` until no sequence runs or waits and no KV block is held; panics

@@ -48,6 +48,21 @@ pub fn show(out: &Output) -> String {
     )
 }
 
+/// Asserts that a `tests/python` checks script passed: it exited 0 and its last line is
+/// `all <label> checks passed`. Its stdout is printed either way; a failure shows its
+/// output and `server_log`.
+pub fn assert_checks_passed(out: &Output, label: &str, server_log: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{label} checks failed:\n{}\n--- server\n{server_log}",
+        show(out)
+    );
+    let last = format!("all {label} checks passed");
+    assert_eq!(stdout.lines().last(), Some(last.as_str()), "{stdout}");
+}
+
 /// The venv's `python`, with [`PACKAGES`] importable; made once under the target directory.
 pub fn venv_python() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
