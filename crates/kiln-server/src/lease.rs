@@ -71,16 +71,20 @@ pub struct CallContext {
     pub class: RequestClass,
 }
 
+/// The caller the auth layer put on a request, or the anonymous one on an open server.
+pub(crate) fn caller_of(extensions: &axum::http::Extensions) -> Caller {
+    extensions
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or_else(Caller::anonymous)
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for CallContext {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Infallible> {
         Ok(Self {
-            caller: parts
-                .extensions
-                .get::<Caller>()
-                .cloned()
-                .unwrap_or_else(Caller::anonymous),
+            caller: caller_of(&parts.extensions),
             warmth: parts
                 .extensions
                 .get::<Warmth>()

@@ -13,7 +13,7 @@ use kiln_guard::{deterministic, request_key, Cached};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::lease::Caller;
+use crate::lease::caller_of;
 use crate::state::AppState;
 
 pub const CACHE_HEADER: &str = "x-kiln-cache";
@@ -35,11 +35,7 @@ pub async fn serve_cached(State(state): State<AppState>, req: Request, next: Nex
     else {
         return next.run(req).await;
     };
-    let caller = req
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .unwrap_or_else(Caller::anonymous);
+    let caller = caller_of(req.extensions());
     let (req, bytes) = match super::buffered(&state, req).await {
         Ok(b) => b,
         Err(too_large) => return too_large,

@@ -16,7 +16,7 @@ use kiln_host::metrics::{Counter, Histogram};
 
 use super::prompt_route;
 use crate::error::ApiError;
-use crate::lease::Caller;
+use crate::lease::caller_of;
 use crate::state::AppState;
 
 pub const SCORE_HEADER: &str = "x-kiln-firewall-injection-score";
@@ -53,11 +53,7 @@ pub async fn screen(State(state): State<AppState>, req: Request, next: Next) -> 
     let Ok(fw) = state.firewall() else {
         return next.run(req).await;
     };
-    let caller = req
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .unwrap_or_else(Caller::anonymous);
+    let caller = caller_of(req.extensions());
     let policy = fw.policy(&caller.key_id).clone();
     let shape = match prompt_route::prompt_shape(req.uri().path()) {
         Some(shape) if policy.mode != Mode::Off && req.method() == Method::POST => shape,

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
 
 use crate::error::ApiError;
-use crate::lease::Caller;
+use crate::lease::caller_of;
 use crate::state::{unix_now, AppState};
 
 /// Whether a request runs a model (and so counts against the limits).
@@ -34,10 +34,7 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
     if !runs_model(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
-    let key = req
-        .extensions()
-        .get::<Caller>()
-        .map_or_else(|| Caller::anonymous().key_id, |c| c.key_id.clone());
+    let key = caller_of(req.extensions()).key_id;
     let gates = state.gates();
     let status = match gates.limiter.admit(&key) {
         Ok(s) => s,
