@@ -84,21 +84,7 @@ fn chat_lines(n: usize, max_tokens: u32) -> String {
 }
 
 async fn upload(base: &str, content: String) -> String {
-    let part = reqwest::multipart::Part::text(content).file_name("lines.jsonl");
-    let form = reqwest::multipart::Form::new()
-        .text("purpose", "batch")
-        .part("file", part);
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/files"))
-        .bearer_auth(KEY)
-        .multipart(form)
-        .send()
-        .await
-        .expect("upload");
-    let status = resp.status();
-    let body: Value = resp.json().await.expect("json");
-    assert_eq!(status, 200, "{body}");
-    body["id"].as_str().expect("file id").to_string()
+    upload_file(base, KEY, "lines.jsonl", "batch", content).await
 }
 
 async fn batch(base: &str, id: &str) -> Value {

@@ -64,19 +64,7 @@ async fn json_call(base: &str, method: reqwest::Method, path: &str, body: Option
 }
 
 async fn upload(base: &str, name: &str, text: String) -> String {
-    let part = reqwest::multipart::Part::text(text).file_name(name.to_string());
-    let form = reqwest::multipart::Form::new()
-        .text("purpose", "assistants")
-        .part("file", part);
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/files"))
-        .bearer_auth(KEY)
-        .multipart(form)
-        .send()
-        .await
-        .expect("upload");
-    let body: Value = resp.json().await.expect("json");
-    body["id"].as_str().expect("file id").to_string()
+    upload_file(base, KEY, name, "assistants", text).await
 }
 
 async fn file_status(base: &str, vs: &str, file: &str) -> Value {

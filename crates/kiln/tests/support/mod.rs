@@ -72,6 +72,31 @@ pub async fn call(
     )
 }
 
+/// Uploads `content` as `name` to `/v1/files` with `purpose` under `key`; the file's id.
+pub async fn upload_file(
+    base: &str,
+    key: &str,
+    name: &str,
+    purpose: &str,
+    content: String,
+) -> String {
+    let part = reqwest::multipart::Part::text(content).file_name(name.to_string());
+    let form = reqwest::multipart::Form::new()
+        .text("purpose", purpose.to_string())
+        .part("file", part);
+    let resp = client()
+        .post(format!("{base}/v1/files"))
+        .bearer_auth(key)
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(status, 200, "{body}");
+    body["id"].as_str().expect("file id").to_string()
+}
+
 /// `POST base+path` with a JSON body and no key.
 pub async fn post(base: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
     call(base, reqwest::Method::POST, path, None, Some(body)).await
