@@ -47,6 +47,8 @@ pub(crate) enum Failure {
     Closed,
     /// The server answered something this client cannot use.
     Protocol(String),
+    /// The outbound policy refused an address the connection would have used.
+    NotAllowed(String),
 }
 
 impl Failure {
@@ -55,7 +57,11 @@ impl Failure {
         match self {
             Failure::Unreachable(_) => true,
             Failure::Http { status, .. } => *status == 429 || *status >= 500,
-            Failure::Tls(_) | Failure::Rpc { .. } | Failure::Closed | Failure::Protocol(_) => false,
+            Failure::Tls(_)
+            | Failure::Rpc { .. }
+            | Failure::Closed
+            | Failure::Protocol(_)
+            | Failure::NotAllowed(_) => false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Errors returned to the caller. Messages are written to be shown to an API user
-//! as-is: each names the server label and URL and never includes header values,
-//! which usually carry credentials.
+//! as-is: each names the server label and URL and the class of failure, and never
+//! includes header values (which usually carry credentials) or what the remote
+//! answered besides its status (an internal service's error page can hold secrets).
 
 use std::time::Duration;
 
@@ -23,6 +24,15 @@ pub enum McpError {
     InvalidHeader {
         label: String,
         name: String,
+        reason: String,
+    },
+
+    /// The outbound policy refuses the server's address (loopback, private,
+    /// link-local, metadata…) or its host name did not resolve. Not retried.
+    #[error("MCP server '{label}' at {url} cannot be reached: {reason}")]
+    NotAllowed {
+        label: String,
+        url: String,
         reason: String,
     },
 
@@ -67,7 +77,7 @@ pub enum McpError {
         url: String,
         what: String,
         status: u16,
-        /// Server-provided text (truncated), possibly empty.
+        /// What the status means here (never the remote body), possibly empty.
         detail: String,
     },
 

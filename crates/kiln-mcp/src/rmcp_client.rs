@@ -180,6 +180,9 @@ fn rpc_failure(data: ErrorData) -> Failure {
 
 /// Finds the most specific known error in the chain and classifies it.
 fn transport_failure(error: &(dyn StdError + Send + Sync + 'static)) -> Failure {
+    if let Some(denied) = find_nested::<kiln_outbound::OutboundError>(error) {
+        return Failure::NotAllowed(denied.to_string());
+    }
     let mut current: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(err) = current {
         if let Some(http) = err.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
@@ -208,13 +211,15 @@ fn http_failure(error: &StreamableHttpError<reqwest::Error>) -> Failure {
             status: 403,
             detail: "insufficient scope".into(),
         },
-        // Non-success statuses without a JSON-RPC body arrive as "HTTP <status>: <body>".
+        // Non-success statuses without a JSON-RPC body arrive as "HTTP <status>: <body>";
+        // the body is the remote's and is never passed on (an internal error page can
+        // hold secrets, and its text would tell a prober what answered).
         StreamableHttpError::UnexpectedServerResponse(text) => match parse_status(text) {
             Some(status) => Failure::Http {
                 status,
-                detail: truncate(text.split_once(": ").map_or("", |(_, body)| body).trim()),
+                detail: String::new(),
             },
-            None => Failure::Protocol(truncate(text)),
+            None => Failure::Protocol("the answer is not an MCP message".into()),
         },
         StreamableHttpError::Io(io) => Failure::Unreachable(io.to_string()),
         StreamableHttpError::TransportChannelClosed => Failure::Closed,
@@ -223,6 +228,9 @@ fn http_failure(error: &StreamableHttpError<reqwest::Error>) -> Failure {
 }
 
 fn reqwest_failure(error: &reqwest::Error) -> Failure {
+    if let Some(denied) = find_nested::<kiln_outbound::OutboundError>(error) {
+        return Failure::NotAllowed(denied.to_string());
+    }
     if let Some(status) = error.status() {
         return Failure::Http {
             status: status.as_u16(),
@@ -243,15 +251,20 @@ fn reqwest_failure(error: &reqwest::Error) -> Failure {
     Failure::Protocol(truncate(&text))
 }
 
-/// rustls errors reach us wrapped in (nested) `io::Error`s, whose `source()`
-/// skips the wrapped error, so look inside each `io::Error` explicitly.
 fn is_tls_failure(error: &reqwest::Error) -> bool {
+    find_nested::<rustls::Error>(error).is_some()
+}
+
+/// The first `E` in `error`'s chain. rustls and resolver errors reach us wrapped in
+/// (nested) `io::Error`s, whose `source()` skips the wrapped error, so look inside each
+/// `io::Error` explicitly.
+fn find_nested<'a, E: StdError + 'static>(error: &'a (dyn StdError + 'static)) -> Option<&'a E> {
     let mut current: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(err) = current {
         let mut inner = Some(err);
         while let Some(candidate) = inner {
-            if candidate.is::<rustls::Error>() {
-                return true;
+            if let Some(found) = candidate.downcast_ref::<E>() {
+                return Some(found);
             }
             inner = candidate
                 .downcast_ref::<std::io::Error>()
@@ -260,7 +273,7 @@ fn is_tls_failure(error: &reqwest::Error) -> bool {
         }
         current = err.source();
     }
-    false
+    None
 }
 
 fn status_failure(status: &HttpStatusError) -> Failure {

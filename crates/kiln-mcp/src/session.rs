@@ -59,6 +59,31 @@ impl fmt::Display for AttemptError {
     }
 }
 
+/// The server's addresses, resolved once and each checked against the outbound
+/// policy; the session's client connects to these and no others.
+async fn resolve_checked(
+    target: &Target,
+    settings: &McpSettings,
+) -> Result<Vec<std::net::SocketAddr>, McpError> {
+    let host = target.url.host_str().unwrap_or_default();
+    let port = target.url.port_or_known_default().unwrap_or(80);
+    let resolving = settings.outbound.resolve(host, port);
+    match tokio::time::timeout(settings.timeout, resolving).await {
+        Ok(Ok(addrs)) => Ok(addrs),
+        Ok(Err(refused)) => Err(McpError::NotAllowed {
+            label: target.label.clone(),
+            url: target.display_url.clone(),
+            reason: refused.to_string(),
+        }),
+        Err(_elapsed) => Err(McpError::Timeout {
+            label: target.label.clone(),
+            url: target.display_url.clone(),
+            what: "its host name to resolve".to_owned(),
+            after: settings.timeout,
+        }),
+    }
+}
+
 async fn bounded<T>(
     timeout: Duration,
     fut: impl Future<Output = Result<T, Failure>>,
@@ -77,13 +102,13 @@ impl McpSession {
     /// (e.g. a wrong token) and protocol errors fail at once.
     pub async fn connect(server: &McpServer, settings: &McpSettings) -> Result<Self, McpError> {
         let target = Target::new(server)?;
-        let client = http_client::build(&target, settings.timeout).map_err(|reason| {
-            McpError::InvalidUrl {
+        let checked = resolve_checked(&target, settings).await?;
+        let client = http_client::build(&target, settings.timeout, &settings.outbound, &checked)
+            .map_err(|reason| McpError::InvalidUrl {
                 label: target.label.clone(),
                 url: target.display_url.clone(),
                 reason: format!("cannot build an HTTP client for it: {reason}"),
-            }
-        })?;
+            })?;
         let url = target.url.as_str();
         let conn = retry::retry(
             settings.attempts,
@@ -219,6 +244,7 @@ fn to_mcp_error(
             message,
         },
         Failure::Closed => McpError::Closed { label, url },
+        Failure::NotAllowed(reason) => McpError::NotAllowed { label, url, reason },
         Failure::Protocol(reason) => McpError::Protocol {
             label,
             url,

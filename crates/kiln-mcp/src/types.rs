@@ -36,6 +36,9 @@ pub struct McpSettings {
     pub attempts: u32,
     /// Base delay of the jittered exponential backoff between tries.
     pub backoff: Duration,
+    /// Which addresses the session may connect to: every server URL is resolved,
+    /// checked against it, and connected to at the checked addresses only.
+    pub outbound: kiln_outbound::OutboundPolicy,
 }
 
 impl Default for McpSettings {
@@ -44,6 +47,7 @@ impl Default for McpSettings {
             timeout: Duration::from_secs(30),
             attempts: 3,
             backoff: Duration::from_millis(200),
+            outbound: kiln_outbound::OutboundPolicy::default(),
         }
     }
 }

@@ -9,14 +9,21 @@ use std::{
 };
 
 use kiln_mcp::{CallResult, McpError, McpServer, McpSession, McpSettings};
+use kiln_outbound::{Exception, OutboundPolicy};
 use serde_json::{json, Map, Value};
 use support::Options;
+
+/// The test servers listen on loopback, which the default outbound policy refuses.
+fn loopback_allowed() -> OutboundPolicy {
+    OutboundPolicy::new(vec![Exception::parse("127.0.0.0/8").unwrap()]).unwrap()
+}
 
 fn fast() -> McpSettings {
     McpSettings {
         timeout: Duration::from_secs(5),
         attempts: 3,
         backoff: Duration::from_millis(20),
+        outbound: loopback_allowed(),
     }
 }
 
@@ -169,6 +176,10 @@ async fn missing_or_wrong_token_fails_fast_without_retry() {
         "{message}"
     );
     assert!(message.contains("401"), "{message}");
+    assert!(
+        !message.contains("missing or wrong bearer token"),
+        "the remote body was echoed: {message}"
+    );
 
     let wrong = server(&srv.url, &[("Authorization", "Bearer hunter2")]);
     let err = McpSession::connect(&wrong, &fast()).await.unwrap_err();
@@ -244,6 +255,7 @@ async fn silent_server_times_out_instead_of_hanging() {
         timeout: Duration::from_millis(300),
         attempts: 2,
         backoff: Duration::from_millis(10),
+        outbound: loopback_allowed(),
     };
     let started = Instant::now();
     let err = McpSession::connect(&server(&format!("http://{addr}/mcp"), &[]), &settings)

@@ -2,7 +2,7 @@
 
 use kiln_api::responses::{Item, McpToolInfo};
 use kiln_api::structured::{FunctionDef, Tool};
-use kiln_mcp::{CallResult, McpServer, McpSession, McpSettings, McpTool};
+use kiln_mcp::{CallResult, McpError, McpServer, McpSession, McpSettings, McpTool};
 use serde_json::Value;
 
 use crate::ids::new_id;
@@ -21,6 +21,9 @@ pub struct McpTools {
 pub struct ListFailure {
     pub item: Item,
     pub message: String,
+    /// `mcp_server_not_allowed` when the outbound policy refused the server's address,
+    /// else `mcp_server_unreachable`.
+    pub code: &'static str,
 }
 
 impl McpTools {
@@ -51,6 +54,10 @@ impl McpTools {
             let (session, tools) = match listed {
                 Ok(ok) => ok,
                 Err(e) => {
+                    let code = match e {
+                        McpError::NotAllowed { .. } => "mcp_server_not_allowed",
+                        _ => "mcp_server_unreachable",
+                    };
                     let message = e.to_string();
                     let item = Item::McpListTools {
                         id: new_id("mcpl"),
@@ -59,7 +66,14 @@ impl McpTools {
                         error: Some(message.clone()),
                     };
                     out.close().await;
-                    return Err((items, ListFailure { item, message }));
+                    return Err((
+                        items,
+                        ListFailure {
+                            item,
+                            message,
+                            code,
+                        },
+                    ));
                 }
             };
             let tools: Vec<McpTool> = tools

@@ -38,6 +38,9 @@ pub struct Limits {
     /// Most MCP calls executed in one response.
     pub max_tool_calls: u32,
     pub mcp: McpSettings,
+    /// MCP settings of the API keys (by key id) that have their own outbound
+    /// exceptions; the others use `mcp`.
+    pub mcp_per_key: HashMap<String, McpSettings>,
 }
 
 impl Default for Limits {
@@ -48,6 +51,7 @@ impl Default for Limits {
             max_chain: 256,
             max_tool_calls: 16,
             mcp: McpSettings::default(),
+            mcp_per_key: HashMap::new(),
         }
     }
 }
@@ -144,7 +148,7 @@ impl Responses {
         }
         if !req.stream.unwrap_or(false) {
             let mut em = Emitter::new(None);
-            let r = turn::run(&turn, &self.context(), &mut em, &Cancel::default()).await?;
+            let r = turn::run(&turn, &self.context(&turn), &mut em, &Cancel::default()).await?;
             if r.store {
                 self.save(&caller, &req, &r, &turn.input)?;
             }
@@ -154,7 +158,7 @@ impl Responses {
         let this = Arc::clone(self);
         let task = tokio::spawn(async move {
             let mut em = Emitter::new(Some(tx));
-            let r = turn::run(&turn, &this.context(), &mut em, &Cancel::default()).await?;
+            let r = turn::run(&turn, &this.context(&turn), &mut em, &Cancel::default()).await?;
             if r.store {
                 if let Err(e) = this.save(&turn.caller, &req, &r, &turn.input) {
                     em.error("storage_failed", &e.to_string()).await;
@@ -180,10 +184,12 @@ impl Responses {
         }
     }
 
-    fn context(&self) -> RunContext<'_> {
+    /// What `turn` runs with: the caller's own MCP settings if it has them.
+    fn context(&self, turn: &Turn) -> RunContext<'_> {
+        let key = &turn.caller.key_id;
         RunContext {
             chat: self.chat.as_ref(),
-            mcp: &self.limits.mcp,
+            mcp: self.limits.mcp_per_key.get(key).unwrap_or(&self.limits.mcp),
             max_tool_calls: self.limits.max_tool_calls,
         }
     }
@@ -195,7 +201,7 @@ impl Responses {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let mut em = Emitter::new(None);
-            let r = match turn::run(&turn, &this.context(), &mut em, &cancel).await {
+            let r = match turn::run(&turn, &this.context(&turn), &mut em, &cancel).await {
                 Ok(r) => r,
                 Err(e) => turn::failed(turn.response.clone(), "generation_failed", &e.to_string()),
             };

@@ -65,7 +65,7 @@ pub async fn run(
             items.push(failure.item);
             announce(&mut response, em, &items).await;
             response.output = items;
-            return Ok(failed(response, "mcp_server_unreachable", &failure.message));
+            return Ok(failed(response, failure.code, &failure.message));
         }
     };
     let mut calls_left = turn

@@ -39,6 +39,9 @@ fn python_responses_checks_pass() {
             "sk-second",
             "--data-dir",
             &dir,
+            // The MCP fixture listens on loopback, which is refused by default.
+            "--outbound-allow",
+            "127.0.0.1",
         ],
     );
     let out = run_script_with(

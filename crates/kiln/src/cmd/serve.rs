@@ -8,6 +8,7 @@
 
 mod config;
 mod guard;
+mod outbound;
 mod vectors;
 
 use std::net::ToSocketAddrs;
@@ -106,6 +107,13 @@ pub struct Args {
     /// across restarts [default: data/ in the Kiln home directory]
     #[arg(long, value_name = "DIR", env = "KILN_DATA_DIR")]
     data_dir: Option<PathBuf>,
+
+    /// A host name (`mcp.internal`, `*.corp.example`) or network (`10.1.0.0/16`,
+    /// `127.0.0.1/32`) that server-side fetches made for clients (MCP servers) may
+    /// reach although it is loopback, private, link-local or metadata; repeatable
+    /// [default: none: such addresses are refused]
+    #[arg(long, value_name = "HOST|CIDR")]
+    outbound_allow: Vec<String>,
 
     /// Responses one API key may keep stored (`store: true`); more get 400 until some
     /// are deleted [default: 10000]
@@ -229,6 +237,7 @@ fn settings(
 ) -> anyhow::Result<(ServeOptions, Vec<ModelSource>)> {
     let (vectors, vector_remote) = vectors::settings(&args.vectors, &file)?;
     let guard = guard::settings(&args.guard, &file)?;
+    let (mcp, mcp_per_key) = outbound::mcp_settings(&args.outbound_allow, &file)?;
     let firewall_on = guard.firewall.any_on();
     let host = args
         .host
@@ -398,7 +407,11 @@ fn settings(
         .data_dir
         .or(file.data_dir)
         .unwrap_or_else(|| cache.root().join(DATA_DIR));
-    let mut responses = kiln_server::ResponseLimits::default();
+    let mut responses = kiln_server::ResponseLimits {
+        mcp,
+        mcp_per_key,
+        ..Default::default()
+    };
     if let Some(n) = args.max_stored_responses.or(file.max_stored_responses) {
         anyhow::ensure!(n > 0, "--max-stored-responses must be at least 1");
         responses.max_stored_per_key = n;

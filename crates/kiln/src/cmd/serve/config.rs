@@ -21,6 +21,9 @@
 //! max_queued = 1024
 //! shutdown_timeout = 30
 //! max_body_size = "4MiB"
+//! # Loopback/private/link-local addresses MCP servers may have (none by default);
+//! # an api_keys table may add its own `outbound_allow`.
+//! outbound_allow = ["mcp.internal", "10.20.0.0/16"]
 //! # LoRA adapters: directories of adapter subdirectories, named ones, cache size.
 //! lora_dirs = ["/var/lib/kiln/adapters"]
 //! loras = { support-bot = "/srv/adapters/support-bot" }
@@ -46,6 +49,8 @@ pub struct FileConfig {
     pub usage_db: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub max_stored_responses: Option<u64>,
+    /// Hosts or CIDR networks server-side fetches may reach (`--outbound-allow`).
+    pub outbound_allow: Option<Vec<String>>,
     pub max_file_size: Option<Size>,
     /// Seconds.
     pub upload_timeout: Option<f64>,
@@ -133,6 +138,8 @@ pub struct KeyTable {
     pub rate_limit_tpm: Option<u64>,
     pub daily_neuron_quota: Option<f64>,
     pub firewall: Option<super::guard::FirewallFile>,
+    /// Outbound exceptions for this key's server-side fetches, on top of the server's.
+    pub outbound_allow: Option<Vec<String>>,
 }
 
 impl KeyEntry {
