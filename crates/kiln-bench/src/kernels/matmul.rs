@@ -68,43 +68,48 @@ pub(crate) struct Shape {
 
 /// SmolLM2-135M's matmul shapes, then Qwen2.5-0.5B's (its LM head, 151,936 × 896, is
 /// larger than the rotating weight set and is measured in the model's profile instead).
-pub(crate) const SHAPES: [Shape; 7] = [
-    Shape {
-        rows: 576,
-        cols: 576,
-        role: "attn_q / attn_output",
-    },
-    Shape {
-        rows: 1536,
-        cols: 576,
-        role: "ffn_gate / ffn_up",
-    },
-    Shape {
-        rows: 576,
-        cols: 1536,
-        role: "ffn_down",
-    },
-    Shape {
-        rows: 49152,
-        cols: 576,
-        role: "output (LM head)",
-    },
-    Shape {
-        rows: 896,
-        cols: 896,
-        role: "qwen2.5 attn_q / attn_output",
-    },
-    Shape {
-        rows: 4864,
-        cols: 896,
-        role: "qwen2.5 ffn_gate / ffn_up",
-    },
-    Shape {
-        rows: 896,
-        cols: 4864,
-        role: "qwen2.5 ffn_down",
+pub(crate) const CATALOGUE_SHAPES: [Shape; 7] = [
+    shape(576, 576, "attn_q / attn_output"),
+    shape(1536, 576, "ffn_gate / ffn_up"),
+    shape(576, 1536, "ffn_down"),
+    shape(49152, 576, "output (LM head)"),
+    shape(896, 896, "qwen2.5 attn_q / attn_output"),
+    shape(4864, 896, "qwen2.5 ffn_gate / ffn_up"),
+    shape(896, 4864, "qwen2.5 ffn_down"),
+];
+
+/// The shapes of the Q4_K_M files people download most (rows 1536–4096 wide, whole
+/// k-quant super-blocks): Qwen2.5-1.5B's, its 151,936-row LM head (one matrix larger
+/// than any cache, so it streams from memory by itself), Llama-3.2-3B's, and the
+/// 2048- and 4096-wide rows of Llama 3.2 1B and the 7–8B models.
+pub(crate) const KQUANT_SHAPES: [Shape; 10] = [
+    shape(1536, 1536, "qwen2.5-1.5b attn_q / attn_output"),
+    shape(8960, 1536, "qwen2.5-1.5b ffn_gate / ffn_up"),
+    shape(1536, 8960, "qwen2.5-1.5b ffn_down"),
+    shape(151936, 1536, "qwen2.5-1.5b output (LM head)"),
+    shape(2048, 2048, "llama-3.2-1b attn_q / attn_output"),
+    shape(3072, 3072, "llama-3.2-3b attn_q / attn_output"),
+    shape(8192, 3072, "llama-3.2-3b ffn_gate / ffn_up"),
+    shape(3072, 8192, "llama-3.2-3b ffn_down"),
+    shape(4096, 4096, "llama-3.1-8b attn_q / attn_output"),
+    shape(14336, 4096, "llama-3.1-8b ffn_gate / ffn_up"),
+];
+
+/// The k-quant kernels the [`KQUANT_SHAPES`] run (those files are q4_K with q6_K for
+/// `ffn_down`, `attn_v` and the LM head; q5_K for Q5_K_M), and q4_K through `vec_dot`.
+pub(crate) const KQUANT_KERNELS: [MatmulKernel; 4] = [
+    packed(WeightType::Q4_K),
+    packed(WeightType::Q6_K),
+    packed(WeightType::Q5_K),
+    MatmulKernel {
+        ty: WeightType::Q4_K,
+        packed: false,
     },
 ];
+
+const fn shape(rows: usize, cols: usize, role: &'static str) -> Shape {
+    Shape { rows, cols, role }
+}
 
 /// One kernel at one shape and token count.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,11 +281,11 @@ mod tests {
     fn k_quants_skip_576_and_896_columns() {
         let kt = KernelTable::best();
         let q4k = KERNELS[8];
-        assert!(skip_reason(q4k, SHAPES[0], kt).is_some_and(|r| r.contains("576")));
-        assert!(skip_reason(q4k, SHAPES[4], kt).is_some_and(|r| r.contains("896")));
-        assert_eq!(skip_reason(q4k, SHAPES[2], kt), None);
-        assert_eq!(skip_reason(q4k, SHAPES[6], kt), None);
-        assert_eq!(skip_reason(KERNELS[7], SHAPES[3], kt), None);
+        assert!(skip_reason(q4k, CATALOGUE_SHAPES[0], kt).is_some_and(|r| r.contains("576")));
+        assert!(skip_reason(q4k, CATALOGUE_SHAPES[4], kt).is_some_and(|r| r.contains("896")));
+        assert_eq!(skip_reason(q4k, CATALOGUE_SHAPES[2], kt), None);
+        assert_eq!(skip_reason(q4k, CATALOGUE_SHAPES[6], kt), None);
+        assert_eq!(skip_reason(KERNELS[7], CATALOGUE_SHAPES[3], kt), None);
         assert_eq!(KERNELS[0].name(), "q4_1 packed");
         assert_eq!(KERNELS[3].name(), "q4_K packed");
         assert_eq!(KERNELS[7].name(), "q5_0 vec_dot");

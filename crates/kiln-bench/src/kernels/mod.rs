@@ -37,7 +37,9 @@ pub use timing::CallTime;
 
 use crate::error::{Error, Result};
 use ceilings::CeilingPlan;
-use matmul::{MatmulEnv, MatmulKernel, Shape, KERNELS, SHAPES};
+use matmul::{
+    MatmulEnv, MatmulKernel, Shape, CATALOGUE_SHAPES, KERNELS, KQUANT_KERNELS, KQUANT_SHAPES,
+};
 use timing::TimingPlan;
 
 const MIB: usize = 1 << 20;
@@ -56,6 +58,43 @@ pub struct KernelBenchConfig {
     pub memory_bytes: usize,
     /// Show a progress bar on stderr (when it is a terminal).
     pub progress: bool,
+    /// Which kernels at which shapes.
+    pub shapes: ShapeSet,
+}
+
+/// The (kernel, shape) sets `kiln bench kernels` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShapeSet {
+    /// Every packed type at the catalogue models' shapes (SmolLM2, Qwen2.5-0.5B).
+    #[default]
+    Catalogue,
+    /// The k-quant kernels at the shapes of popular Q4_K_M files (rows 1536–4096).
+    Kquant,
+}
+
+impl ShapeSet {
+    /// Parses `catalogue` or `kquant`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "catalogue" => Some(Self::Catalogue),
+            "kquant" => Some(Self::Kquant),
+            _ => None,
+        }
+    }
+
+    fn kernels(self) -> &'static [MatmulKernel] {
+        match self {
+            Self::Catalogue => &KERNELS,
+            Self::Kquant => &KQUANT_KERNELS,
+        }
+    }
+
+    fn shapes(self) -> &'static [Shape] {
+        match self {
+            Self::Catalogue => &CATALOGUE_SHAPES,
+            Self::Kquant => &KQUANT_SHAPES,
+        }
+    }
 }
 
 impl KernelBenchConfig {
@@ -68,6 +107,7 @@ impl KernelBenchConfig {
             weight_set_bytes: if quick { 8 * MIB } else { 128 * MIB },
             memory_bytes: if quick { 64 * MIB } else { 512 * MIB },
             progress: true,
+            shapes: ShapeSet::Catalogue,
         }
     }
 
@@ -134,7 +174,7 @@ pub fn run_kernels(config: &KernelBenchConfig) -> Result<KernelReport> {
     let load_before = machine::load_average();
     let kt = KernelTable::best();
 
-    let (planned, skipped) = plan(kt, config.quick);
+    let (planned, skipped) = plan(kt, config.shapes, config.quick);
     let tokens = config.token_counts();
     let steps = 3 + planned.len() * tokens.len() + ops::OPS.len();
     let bar = progress_bar(steps, config.progress);
@@ -187,12 +227,16 @@ pub fn run_kernels(config: &KernelBenchConfig) -> Result<KernelReport> {
 /// Which (kernel, shape) pairs run: every shape that suits each kernel, or in a quick
 /// run the first one; and the pairs that can't run here, with the reason (in a quick run
 /// only for a kernel that can't run at all).
-fn plan(kt: &KernelTable, quick: bool) -> (Vec<(MatmulKernel, Shape)>, Vec<Skipped>) {
+fn plan(
+    kt: &KernelTable,
+    set: ShapeSet,
+    quick: bool,
+) -> (Vec<(MatmulKernel, Shape)>, Vec<Skipped>) {
     let mut planned = vec![];
     let mut skipped = vec![];
-    for kernel in KERNELS {
+    for &kernel in set.kernels() {
         let mut kernel_skipped = vec![];
-        for shape in SHAPES {
+        for &shape in set.shapes() {
             match matmul::skip_reason(kernel, shape, kt) {
                 Some(reason) => kernel_skipped.push(Skipped {
                     kernel: kernel.name(),
@@ -235,8 +279,8 @@ mod tests {
     #[test]
     fn plan_covers_every_kernel() {
         let kt = KernelTable::best();
-        let (quick, quick_skipped) = plan(kt, true);
-        let (full, full_skipped) = plan(kt, false);
+        let (quick, quick_skipped) = plan(kt, ShapeSet::Catalogue, true);
+        let (full, full_skipped) = plan(kt, ShapeSet::Catalogue, false);
         for kernel in KERNELS {
             let ran = |p: &[(MatmulKernel, Shape)]| p.iter().filter(|x| x.0 == kernel).count();
             let skipped = |s: &[Skipped]| s.iter().filter(|x| x.kernel == kernel.name()).count();
@@ -246,7 +290,7 @@ mod tests {
                 kernel.name()
             );
             assert!(ran(&quick) <= 1);
-            assert_eq!(ran(&full) + skipped(&full_skipped), SHAPES.len());
+            assert_eq!(ran(&full) + skipped(&full_skipped), CATALOGUE_SHAPES.len());
         }
         // k-quants need 256-element blocks: only the ffn_down shapes (1536 and 4864
         // columns) qualify, on both the packed and the vec_dot path.
@@ -257,6 +301,14 @@ mod tests {
             let cols = full.iter().filter(|p| p.0 == *kernel).map(|p| p.1.cols);
             assert!(cols.eq([1536, 4864]), "{}", kernel.name());
         }
+        // Every k-quant shape holds whole super-blocks, so nothing is skipped there.
+        let (kq, kq_skipped) = plan(kt, ShapeSet::Kquant, false);
+        if kq_skipped.is_empty() {
+            assert_eq!(kq.len(), KQUANT_KERNELS.len() * KQUANT_SHAPES.len());
+        }
+        assert!(kq_skipped.iter().all(|s| s.reason.contains("no packed")));
+        assert_eq!(ShapeSet::from_name("kquant"), Some(ShapeSet::Kquant));
+        assert_eq!(ShapeSet::from_name("q4"), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use kiln_bench::kernels::{run_kernels, KernelBenchConfig};
+use kiln_bench::kernels::{run_kernels, KernelBenchConfig, ShapeSet};
 use kiln_bench::{
     block_on, fetch_sharegpt, markdown_runs, parse_extra_body, plot, save_runs, sweep, Comparison,
     Endpoint, GgufTokenCounter, LengthFilter, RunConfig, RunReport, ServerCommand, ServerTarget,
@@ -54,6 +54,11 @@ struct KernelsArgs {
     /// MiB streamed by the memory-bandwidth ceiling [default: 512; --quick: 64]
     #[arg(long, value_name = "MIB")]
     memory_buffer: Option<usize>,
+    /// Which kernels at which shapes: `catalogue` (every packed type at the catalogue
+    /// models' shapes) or `kquant` (the k-quants at the rows 1536–4096 wide of popular
+    /// Q4_K_M files: Qwen2.5-1.5B, Llama 3.2 1B/3B, Llama 3.1 8B)
+    #[arg(long, value_name = "SET", default_value = "catalogue")]
+    shapes: String,
 }
 
 /// Where the requests come from.
@@ -216,6 +221,8 @@ fn kernels(args: KernelsArgs) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(KernelBenchConfig::default_threads);
     let mut config = KernelBenchConfig::new(threads, args.quick);
+    config.shapes = ShapeSet::from_name(&args.shapes)
+        .with_context(|| format!("--shapes {}: expected `catalogue` or `kquant`", args.shapes))?;
     let mib = |m: usize, flag: &str| {
         m.checked_mul(1 << 20)
             .with_context(|| format!("{flag} {m} MiB is too large"))
