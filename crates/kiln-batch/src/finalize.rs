@@ -2,6 +2,13 @@
 //! and on expiry the lines never run) in input order, then the final status. Files get
 //! ids derived from the batch's, so a finalize cut by a crash and done again replaces
 //! them instead of leaving copies.
+//!
+//! Once written they are the owner's files like any other, and deleting one is final:
+//! the batch keeps its `output_file_id` / `error_file_id` (a download then answers 404,
+//! as OpenAI's does) and its status, and nothing writes the file again, since a batch is
+//! finalized only while it is not yet final, before those ids are reported. Deleting
+//! the input file affects a batch only until it is validated (then it fails with
+//! `invalid_file`); afterwards its lines live in the batch store.
 
 use kiln_api::batches::{
     BatchError as ApiBatchError, BatchErrors, BatchLineError, BatchLineResponse, BatchOutputLine,

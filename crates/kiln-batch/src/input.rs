@@ -14,6 +14,11 @@ use crate::store::BatchStore;
 /// Lines written per transaction while validating.
 const CHUNK: usize = 1000;
 
+/// Longest `custom_id` (and Workers AI `external_reference`), in characters: room for
+/// any key a client keeps, while a file of them can't fill memory (every id is held to
+/// catch repeats) or bloat the output file.
+pub const MAX_CUSTOM_ID_CHARS: usize = 512;
+
 /// What validating a file found: lines that can run, lines that can't, and the first
 /// few reasons.
 #[derive(Debug, Default)]
@@ -111,6 +116,13 @@ pub(crate) fn openai_line(
             )
         }
     };
+    let chars = custom_id.chars().count();
+    if chars > MAX_CUSTOM_ID_CHARS {
+        let m = format!(
+            "`custom_id` is {chars} characters long; at most {MAX_CUSTOM_ID_CHARS} are allowed"
+        );
+        return bad(line_no, None, "invalid_custom_id", &m);
+    }
     let cid = Some(custom_id.clone());
     if !seen.insert(custom_id.clone()) {
         let m =
@@ -126,6 +138,26 @@ pub(crate) fn openai_line(
         return bad(line_no, cid, "mismatched_endpoint", &m);
     }
     request(line_no, cid, obj.get("body"), "body")
+}
+
+/// Refuses request `index` of a Workers AI queue when its `external_reference` is longer
+/// than a `custom_id` may be (the queue is checked whole before anything is stored).
+pub(crate) fn check_reference(index: usize, v: &Value) -> Result<()> {
+    let chars = match v.get("external_reference") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(s)) => s.chars().count(),
+        Some(other) => other.to_string().chars().count(),
+    };
+    if chars > MAX_CUSTOM_ID_CHARS {
+        return Err(BatchError::invalid(
+            format!("requests[{index}].external_reference"),
+            format!(
+                "`external_reference` is {chars} characters long; at most \
+                 {MAX_CUSTOM_ID_CHARS} are allowed"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One request of a Workers AI queue; its `external_reference` is kept beside it.

@@ -19,7 +19,7 @@ use crate::drain::{spawn_driver, Shared};
 use crate::error::{BatchError, Result};
 use crate::finalize::queue_results;
 use crate::ids::{new_id, new_uuid};
-use crate::input::queue_line;
+use crate::input::{check_reference, queue_line};
 use crate::row::{BatchRow, Kind, Status, Times};
 use crate::runner::{BatchRunner, LineUsage};
 use crate::store::BatchStore;
@@ -181,6 +181,9 @@ impl Batches {
         if requests.is_empty() || requests.len() > max {
             let m = format!("`requests` must hold 1 to {max} requests");
             return Err(BatchError::invalid("requests", m));
+        }
+        for (i, r) in requests.iter().enumerate() {
+            check_reference(i, r)?;
         }
         self.check_active(caller)?;
         let now = kiln_db::unix_now();

@@ -85,6 +85,49 @@ async fn a_batch_runs_every_line_into_the_output_file_in_order() {
     }
 }
 
+/// A finished batch's files are its owner's to delete: the batch keeps its ids and
+/// status, and a restart (which resumes unfinished batches) writes nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_output_file_stays_deleted_and_the_batch_keeps_its_ids() {
+    let env = Env::new();
+    let script = Script::new();
+    let b = env.service(&script, Limits::default());
+    let a = caller("a");
+    let lines = [
+        chat_line("ok", "fine", json!({})),
+        chat_line("no", "refused", json!({"fail": true})),
+    ];
+    let file = env.upload("a", "batch", &jsonl(&lines));
+    let id = b.create(&a, create_req(&file)).expect("create").id;
+    let done = wait_status(&b, &a, &id, "completed").await;
+    let out = done.output_file_id.clone().expect("output");
+    let err = done.error_file_id.clone().expect("errors");
+    for f in [&out, &err, &file] {
+        assert!(env.files.delete("a", f).expect("delete"), "{f}");
+    }
+    let after = b.get(&a, &id).expect("the batch outlives its files");
+    assert_eq!(after.status, "completed");
+    assert_eq!(
+        (
+            after.output_file_id.as_deref(),
+            after.error_file_id.as_deref()
+        ),
+        (Some(out.as_str()), Some(err.as_str()))
+    );
+    drop(b);
+    let again = env.service(&script, Limits::default());
+    assert_eq!(again.start().expect("start"), 0, "nothing to resume");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for f in [&out, &err] {
+        assert!(
+            env.files.get("a", f).expect("get").is_none(),
+            "{f} came back"
+        );
+    }
+    assert_eq!(again.get(&a, &id).expect("get").status, "completed");
+    assert_eq!(script.total_calls(), 2, "no line ran again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_lines_and_refused_lines_go_to_the_error_file() {
     let env = Env::new();
@@ -107,23 +150,26 @@ async fn bad_lines_and_refused_lines_go_to_the_error_file() {
         chat_line("refused", "no", json!({"fail": true})), // 9
         String::new(),                       // 10: blank, skipped
         chat_line("ok-3", "three", json!({"stream": false})), // 11
+        chat_line(&"é".repeat(512), "longest", json!({})), // 12: 512 characters
+        chat_line(&"x".repeat(513), "too long", json!({})), // 13
     ];
     let file = env.upload("a", "batch", &jsonl(&lines));
     let created = b.create(&a, create_req(&file)).expect("create");
     let done = wait_status(&b, &a, &created.id, "completed").await;
     let c = done.request_counts;
-    assert_eq!((c.total, c.completed, c.failed), (10, 3, 7));
+    assert_eq!((c.total, c.completed, c.failed), (12, 4, 8));
     assert_eq!(done.errors, None, "bad lines do not fail the batch");
 
     let out = env.read_jsonl("a", done.output_file_id.as_deref().expect("output"));
-    assert_eq!(custom_ids(&out), ["ok-1", "ok-2", "ok-3"]);
+    let longest = "é".repeat(512);
+    assert_eq!(custom_ids(&out), ["ok-1", "ok-2", "ok-3", longest.as_str()]);
     for (line, text) in out.iter().zip(["one", "two", "three"]) {
         let cid = line["custom_id"].as_str().expect("custom_id");
         assert_eq!(assert_answered(line, cid, 200), answer(CHAT, text));
     }
 
     let err = env.read_jsonl("a", done.error_file_id.as_deref().expect("errors"));
-    assert_eq!(err.len(), 7, "{err:#?}");
+    assert_eq!(err.len(), 8, "{err:#?}");
     assert_line_error(&err[0], None, "invalid_json", Some(2));
     assert_line_error(&err[1], None, "missing_custom_id", Some(3));
     assert_line_error(&err[2], Some("ok-1"), "duplicate_custom_id", Some(5));
@@ -132,9 +178,17 @@ async fn bad_lines_and_refused_lines_go_to_the_error_file() {
     assert_line_error(&err[5], Some("bad-stream"), "invalid_request", Some(8));
     let refused = assert_answered(&err[6], "refused", 400);
     assert_eq!(refused, fail_answer(CHAT, "no"));
+    // Too long an id is not kept, even in the error file.
+    assert_line_error(&err[7], None, "invalid_custom_id", Some(13));
+    let message = err[7]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("513 characters long; at most 512"),
+        "{message}"
+    );
 
     // Only the lines that could run were run.
-    assert_eq!(script.total_calls(), 4);
+    assert_eq!(script.total_calls(), 5);
+    assert_eq!(script.calls("too long"), 0);
     assert_eq!((script.calls("dup"), script.calls("streams")), (0, 0));
 }
 
@@ -350,6 +404,16 @@ async fn workers_ai_queued_requests_are_polled_until_done() {
         // Can't run: failed at once, yet the queue has not started.
         json!({"prompt": "fifth", "stream": true}),
     ];
+    // Too long a reference refuses the whole queue, naming the request.
+    let mut long = requests.to_vec();
+    long[3] = json!({"prompt": "fourth", "external_reference": "r".repeat(513)});
+    match b.queue(&a, "m", &long) {
+        Err(BatchError::Invalid { param, message }) => {
+            assert_eq!(param, "requests[3].external_reference");
+            assert!(message.contains("at most 512"), "{message}");
+        }
+        other => panic!("a 513-character reference was taken: {other:?}"),
+    }
     let queued = b.queue(&a, "m", &requests).expect("queue");
     assert_eq!(
         (queued.status.as_str(), queued.model.as_str()),

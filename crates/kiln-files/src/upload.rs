@@ -93,6 +93,12 @@ impl Upload {
         self.bytes
     }
 
+    /// Sets the purpose the file will be stored with. A form may send the purpose after
+    /// the contents; it is only written with the row, at [`Upload::finish`].
+    pub fn set_purpose(&mut self, purpose: &str) {
+        self.purpose = purpose.to_string();
+    }
+
     /// Appends `chunk`. Past the store's `max_file_bytes` it fails with
     /// [`FileError::TooLarge`] and removes the partial file; after any failure the upload
     /// is dead and every later call fails.

@@ -52,6 +52,23 @@ fn a_chunked_upload_reads_back_byte_identical() {
     assert!(incoming(dir.path()).is_empty());
 }
 
+/// A form may send the purpose after the file: the contents stream first, and the
+/// purpose set before `finish` is the one stored.
+#[test]
+fn the_purpose_may_be_set_after_the_contents() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let mut up = store.upload("alice", "late.jsonl", "").expect("upload");
+    up.write(b"{}\n").expect("write");
+    up.set_purpose("batch");
+    let f = up.finish().expect("finish");
+    assert_eq!(f.purpose, "batch");
+    assert_eq!(
+        store.get("alice", &f.id).expect("get").map(|g| g.purpose),
+        Some("batch".to_string())
+    );
+}
+
 #[test]
 fn an_empty_file_is_stored() {
     let dir = tempfile::tempdir().expect("tempdir");

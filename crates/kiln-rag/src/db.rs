@@ -128,6 +128,21 @@ impl RagDb {
         DbError::sql(SCHEMA.what, &self.path, e).into()
     }
 
+    /// Runs `f` in one transaction, committed if it succeeds.
+    pub(crate) fn transaction<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        let run = |conn: &mut Connection| {
+            let tx = conn.transaction()?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        };
+        run(&mut conn).map_err(|e| self.err(e))
+    }
+
     pub(crate) fn insert_store(&self, s: &StoreRow) -> Result<()> {
         self.conn()
             .execute(
@@ -234,14 +249,6 @@ impl RagDb {
                 "UPDATE stores SET last_active_at = ?1 WHERE id = ?2",
                 params![to_i64(now), id],
             )
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
-    /// Deletes the store with its files, chunks and batches.
-    pub(crate) fn delete_store(&self, id: &str) -> Result<()> {
-        self.conn()
-            .execute("DELETE FROM stores WHERE id = ?1", [id])
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -386,14 +393,6 @@ impl RagDb {
         Ok(())
     }
 
-    /// Removes the file's row, chunks and text.
-    pub(crate) fn delete_file(&self, seq: i64) -> Result<()> {
-        self.conn()
-            .execute("DELETE FROM store_files WHERE seq = ?1", [seq])
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
     /// The first file waiting for ingestion (oldest first) after `after`.
     pub(crate) fn next_pending(&self, after: i64) -> Result<Option<FileRow>> {
         self.conn()
@@ -511,32 +510,6 @@ impl RagDb {
             )
             .optional()
             .map_err(|e| self.err(e))
-    }
-
-    /// Cancels the batch: its files still in progress become `cancelled`. Returns
-    /// them, for their vectors to be removed.
-    pub(crate) fn cancel_batch(&self, id: &str) -> Result<Vec<FileRow>> {
-        let mut conn = self.conn();
-        let run = |conn: &mut Connection| -> rusqlite::Result<Vec<FileRow>> {
-            let tx = conn.transaction()?;
-            tx.execute("UPDATE file_batches SET cancelled = 1 WHERE id = ?1", [id])?;
-            let rows = {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {FILE_COLUMNS} FROM store_files WHERE batch_id = ?1 AND status = 'in_progress'"
-                ))?;
-                let rows = stmt
-                    .query_map([id], file_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                rows
-            };
-            tx.execute(
-                "UPDATE store_files SET status = 'cancelled' WHERE batch_id = ?1 AND status = 'in_progress'",
-                [id],
-            )?;
-            tx.commit()?;
-            Ok(rows)
-        };
-        run(&mut conn).map_err(|e| self.err(e))
     }
 }
 

@@ -92,7 +92,8 @@ impl VectorStores {
                 Some(id.clone()),
                 attrs,
                 sizes,
-            )?;
+            )
+            .await?;
         }
         self.get_batch(owner, store_id, &id)
     }
@@ -136,11 +137,11 @@ impl VectorStores {
         let shared = self.inner.clone();
         let id = batch_id.to_string();
         blocking(move || {
-            let _w = shared.lock_writes();
-            for row in shared.db.cancel_batch(&id)? {
-                shared.remove_vectors(&row)?;
-            }
-            Ok(())
+            let removals = {
+                let _w = shared.lock_writes();
+                shared.db.cancel_batch(&id)?
+            };
+            shared.carry_out_all(&removals)
         })
         .await?;
         self.get_batch(owner, store_id, batch_id)

@@ -82,13 +82,11 @@ async fn ingest(s: &Arc<Shared>, row: FileRow) -> Result<()> {
             let shared = s.clone();
             let seq = row.seq;
             blocking(move || {
-                let _w = shared.lock_writes();
-                if shared.db.finish(seq, "failed", Some(&failure))? {
-                    if let Some(row) = shared.db.file_by_seq(seq)? {
-                        shared.remove_vectors(&row)?;
-                    }
-                }
-                Ok(())
+                let removal = {
+                    let _w = shared.lock_writes();
+                    shared.db.fail(seq, &failure)?
+                };
+                shared.carry_out_all(removal.as_slice())
             })
             .await
         }

@@ -8,8 +8,10 @@
 //! batches through the [`Embedder`] trait (which the server implements over its hosted
 //! embedding model) and writes them to the index, the file's attributes as each
 //! chunk's metadata. Searches embed the query, let the index apply attribute filters
-//! before top-K, and return the chunks' text. [`sources`] is how retrieved chunks reach
-//! a model (the Responses API's `file_search` tool and chat's server-side tool).
+//! before top-K, and return the chunks' text. Deleting an uploaded file goes through
+//! here ([`VectorStores::delete_uploaded_file`]), so its chunks leave every store with
+//! it, crash-safe. [`sources`] is how retrieved chunks reach a model (the Responses
+//! API's `file_search` tool and chat's server-side tool).
 
 mod attributes;
 mod chunking;
@@ -20,6 +22,7 @@ mod extract;
 mod file_batches;
 mod ingest;
 mod page;
+mod removal;
 mod schema;
 mod search;
 mod service;

@@ -7,6 +7,12 @@
 //! another file under it. A file's chunk count is
 //! written before its first vector, so whoever removes the file knows every id its
 //! vectors can have.
+//!
+//! `removals` queues vectors to take out of an index (a file's chunks, or a store's
+//! whole index), written in the transaction that makes them unreachable and deleted once
+//! they are gone; `file_deletes` holds the tombstone of an uploaded file being deleted
+//! (see `removal.rs`). Neither references the rows it outlives. Both were added without
+//! a version change: older files gain them at open, and an older kiln ignores them.
 
 use kiln_db::Schema;
 
@@ -61,7 +67,19 @@ CREATE TABLE IF NOT EXISTS file_batches (
     store_id   TEXT NOT NULL REFERENCES stores(id) ON DELETE CASCADE,
     created_at INTEGER NOT NULL,
     cancelled  INTEGER NOT NULL DEFAULT 0
-);";
+);
+CREATE TABLE IF NOT EXISTS removals (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner    TEXT NOT NULL,
+    store_id TEXT NOT NULL,
+    file_seq INTEGER,
+    chunks   INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS file_deletes (
+    owner   TEXT NOT NULL,
+    file_id TEXT NOT NULL,
+    PRIMARY KEY (owner, file_id)
+) WITHOUT ROWID;";
 
 pub(crate) const SCHEMA: Schema = Schema {
     what: "vector-store database",

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use kiln_api::vector_stores::{SearchPage, SearchResult, TextContent};
 use kiln_db::unix_now;
 use kiln_usage::Caller;
-use kiln_vectors::{Filter, Query, ReturnMetadata};
+use kiln_vectors::{Filter, Query, ReturnMetadata, VectorError};
 use serde_json::{Map, Value};
 
 use crate::error::{EmbedError, RagError, Result};
@@ -140,7 +140,19 @@ impl VectorStores {
                 };
                 let db = self.inner.vectors.clone();
                 let (iowner, iname) = (index_owner(owner), index_name(&store.id));
-                let matches = blocking(move || Ok(db.query(&iowner, &iname, &q)?)).await?;
+                let matches = blocking(move || {
+                    db.query(&iowner, &iname, &q).map_err(|e| match e {
+                        // The client sent text, not the vector it became.
+                        VectorError::Invalid { param, message } if param == "vector" => {
+                            RagError::invalid(
+                                "query",
+                                format!("the query cannot be searched: {message}"),
+                            )
+                        }
+                        e => e.into(),
+                    })
+                })
+                .await?;
                 for m in matches {
                     let Some((seq, n)) = parse_chunk_id(&m.id) else {
                         continue;

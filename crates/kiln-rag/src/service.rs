@@ -2,9 +2,13 @@
 //! files are rows in the service's database; chunks' vectors live in one vector index
 //! per store; files are ingested in the background ([`crate::ingest`]).
 //!
-//! A file's vectors are written, and removed, only under `writes`, after checking its
-//! row is still in progress; so a file deleted or cancelled while it is ingested never
-//! keeps vectors, whichever side gets there first.
+//! A file's vectors are written only under `writes`, after checking its row is still in
+//! progress, and a file stops being in progress (detached, cancelled, failed, its store
+//! or its upload deleted) under `writes` too, with its vectors queued for removal in the
+//! same transaction ([`crate::removal`]); so a file removed while it is ingested never
+//! keeps vectors, whichever side gets there first, and a crash between the two leaves
+//! the removal queued for the next open. A file is attached under `writes` after checking
+//! it still exists, so an attach racing the file's delete never outlives it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,7 +19,7 @@ use kiln_api::vector_stores::{
 use kiln_db::unix_now;
 use kiln_files::FileStore;
 use kiln_usage::Caller;
-use kiln_vectors::{Metric, VectorDb, VectorError};
+use kiln_vectors::{Metric, VectorDb};
 use tokio::sync::Notify;
 
 use crate::attributes;
@@ -23,7 +27,7 @@ use crate::db::{FileRow, RagDb, StoreRow};
 use crate::embedder::Embedder;
 use crate::error::{RagError, Result};
 use crate::page::ListQuery;
-use crate::schema::{chunk_id, index_name, index_owner, new_id};
+use crate::schema::{index_name, index_owner, new_id};
 use crate::views;
 
 /// Caps on what one key may keep and one file may hold.
@@ -76,16 +80,21 @@ impl VectorStores {
         embedder: Arc<dyn Embedder>,
         limits: Limits,
     ) -> Result<Self> {
+        let shared = Shared {
+            db: RagDb::open(dir)?,
+            vectors,
+            files,
+            embedder,
+            limits,
+            wake: Arc::new(Notify::new()),
+            writes: Mutex::new(()),
+        };
+        // What is left stays queued, and is tried again at the next open.
+        if let Err(e) = shared.recover() {
+            tracing::warn!(error = %e, "vector stores: cannot finish the removals a restart cut short");
+        }
         Ok(Self {
-            inner: Arc::new(Shared {
-                db: RagDb::open(dir)?,
-                vectors,
-                files,
-                embedder,
-                limits,
-                wake: Arc::new(Notify::new()),
-                writes: Mutex::new(()),
-            }),
+            inner: Arc::new(shared),
         })
     }
 
@@ -146,7 +155,8 @@ impl VectorStores {
                 None,
                 Default::default(),
                 strategy.sizes,
-            )?;
+            )
+            .await?;
         }
         views::store(&self.inner.db, &row)
     }
@@ -193,15 +203,11 @@ impl VectorStores {
         let row = self.store(owner, id)?;
         let shared = self.inner.clone();
         blocking(move || {
-            let _w = shared.lock_writes();
-            shared.db.delete_store(&row.id)?;
-            match shared
-                .vectors
-                .delete_index(&index_owner(&row.owner), &index_name(&row.id))
-            {
-                Ok(()) | Err(VectorError::NoIndex(_)) => Ok(()),
-                Err(e) => Err(e.into()),
-            }
+            let removal = {
+                let _w = shared.lock_writes();
+                shared.db.delete_store(&row.id)?
+            };
+            shared.carry_out_all(removal.as_slice())
         })
         .await?;
         Ok(Deleted {
@@ -264,10 +270,18 @@ impl VectorStores {
         }
     }
 
+    /// Deletes `owner`'s uploaded file `file_id` (the Files API's delete) with its
+    /// chunks and vectors in every store it is attached to; false if it had no such
+    /// file. Crash-safe: see [`crate::removal`].
+    pub async fn delete_uploaded_file(&self, owner: &str, file_id: &str) -> Result<bool> {
+        let (shared, owner, file_id) = (self.inner.clone(), owner.to_string(), file_id.to_string());
+        blocking(move || shared.delete_uploaded(&owner, &file_id)).await
+    }
+
     /// Attaches a checked file to a checked store and wakes the worker. A file attached
     /// already keeps its row.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert_file(
+    pub(crate) async fn insert_file(
         &self,
         caller: &Caller,
         store_id: &str,
@@ -277,16 +291,7 @@ impl VectorStores {
         attributes: serde_json::Map<String, serde_json::Value>,
         sizes: kiln_api::vector_stores::StaticChunking,
     ) -> Result<FileRow> {
-        let db = &self.inner.db;
-        let (counts, _) = db.file_counts(store_id, None)?;
-        let cap = self.inner.limits.max_files_per_store;
-        if counts.total >= cap {
-            return Err(RagError::invalid(
-                "file_id",
-                format!("vector store '{store_id}' holds {cap} files, the most allowed"),
-            ));
-        }
-        let mut row = FileRow {
+        let row = FileRow {
             seq: 0,
             store_id: store_id.to_string(),
             file_id,
@@ -303,15 +308,8 @@ impl VectorStores {
             chunks: None,
             usage_bytes: 0,
         };
-        match db.insert_file(&row)? {
-            Some(seq) => row.seq = seq,
-            None => {
-                return db.file(store_id, &row.file_id)?.ok_or_else(|| {
-                    RagError::Corrupt(format!("file '{}' vanished while attached", row.file_id))
-                })
-            }
-        }
-        db.touch_store(store_id, unix_now())?;
+        let shared = self.inner.clone();
+        let row = blocking(move || shared.insert_file(row)).await?;
         self.inner.wake.notify_one();
         Ok(row)
     }
@@ -322,20 +320,38 @@ impl Shared {
         self.writes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Removes every vector the file can have (call under `lock_writes`).
-    pub(crate) fn remove_vectors(&self, file: &FileRow) -> Result<()> {
-        let Some(n) = file.chunks.filter(|n| *n > 0) else {
-            return Ok(());
-        };
-        let ids: Vec<String> = (0..n).map(|i| chunk_id(file.seq, i)).collect();
-        let (owner, name) = (index_owner(&file.owner), index_name(&file.store_id));
-        for part in ids.chunks(self.vectors.limits().max_batch.max(1)) {
-            match self.vectors.delete_by_ids(&owner, &name, part) {
-                Ok(_) | Err(VectorError::NoIndex(_)) => {}
-                Err(e) => return Err(e.into()),
+    /// Stores `row` (its `seq` filled in), under `writes` and only if its file still
+    /// exists; the store's cap on files is checked first.
+    fn insert_file(&self, mut row: FileRow) -> Result<FileRow> {
+        let _w = self.lock_writes();
+        if self.files.get(&row.owner, &row.file_id)?.is_none() {
+            return Err(RagError::invalid(
+                "file_id",
+                format!(
+                    "file '{}' was deleted while it was being attached",
+                    row.file_id
+                ),
+            ));
+        }
+        let (db, store_id) = (&self.db, row.store_id.clone());
+        let (counts, _) = db.file_counts(&store_id, None)?;
+        let cap = self.limits.max_files_per_store;
+        if counts.total >= cap {
+            return Err(RagError::invalid(
+                "file_id",
+                format!("vector store '{store_id}' holds {cap} files, the most allowed"),
+            ));
+        }
+        match db.insert_file(&row)? {
+            Some(seq) => row.seq = seq,
+            None => {
+                return db.file(&store_id, &row.file_id)?.ok_or_else(|| {
+                    RagError::Corrupt(format!("file '{}' vanished while attached", row.file_id))
+                })
             }
         }
-        Ok(())
+        db.touch_store(&store_id, unix_now())?;
+        Ok(row)
     }
 }
 

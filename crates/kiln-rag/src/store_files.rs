@@ -38,15 +38,17 @@ impl VectorStores {
             info.max_text_tokens,
         )?;
         let (file_id, filename) = self.owned_file(&caller.key_id, &file_id, "file_id")?;
-        let row = self.insert_file(
-            caller,
-            &store.id,
-            file_id,
-            filename,
-            None,
-            attributes,
-            strategy.sizes,
-        )?;
+        let row = self
+            .insert_file(
+                caller,
+                &store.id,
+                file_id,
+                filename,
+                None,
+                attributes,
+                strategy.sizes,
+            )
+            .await?;
         Ok(views::file(&row))
     }
 
@@ -118,13 +120,12 @@ impl VectorStores {
         let row = self.file_row(owner, store_id, file_id)?;
         let shared = self.inner.clone();
         blocking(move || {
-            let _w = shared.lock_writes();
-            // Re-read under the lock: the worker may have recorded the chunk count since.
-            let Some(row) = shared.db.file_by_seq(row.seq)? else {
-                return Ok(());
+            // Under the lock, so the chunk count queued is the last the worker recorded.
+            let removal = {
+                let _w = shared.lock_writes();
+                shared.db.detach(row.seq)?
             };
-            shared.db.delete_file(row.seq)?;
-            shared.remove_vectors(&row)
+            shared.carry_out_all(removal.as_slice())
         })
         .await?;
         Ok(Deleted {

@@ -324,3 +324,199 @@ fn a_service_cut_mid_file_resumes_it_to_the_same_chunks() {
         assert_eq!(vector_count(&node, &store), 40);
     });
 }
+
+async fn search_files(node: &Node, stores: &[String], query: &str) -> Vec<String> {
+    let search = Search::parse(Some(&query.into()), None, Some(50), None, "").expect("search");
+    node.stores
+        .search(&caller(), stores, &search)
+        .await
+        .expect("hits")
+        .into_iter()
+        .map(|h| h.file_id)
+        .collect()
+}
+
+/// The Files API's delete: the file leaves every store it was attached to (rows, text,
+/// vectors), including one still being ingested, and cannot be attached again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_uploaded_file_removes_it_from_every_store() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let node = open(dir.path(), Duration::from_millis(30));
+    let (one, two) = (new_store(&node).await, new_store(&node).await);
+    let cats = upload(&node.files, "cats.txt", "cats purr and chase mice");
+    let dogs = upload(&node.files, "dogs.txt", "dogs bark and chase cats");
+    for store in [&one, &two] {
+        attach(&node, store, &cats).await;
+        attach(&node, store, &dogs).await;
+        for f in [&cats, &dogs] {
+            assert_eq!(
+                wait_status(&node, store, f, "in_progress").await,
+                "completed"
+            );
+        }
+        assert_eq!(vector_count(&node, store), 2);
+    }
+    let both = [one.clone(), two.clone()];
+    assert!(search_files(&node, &both, "purr").await.contains(&cats));
+
+    assert!(node
+        .stores
+        .delete_uploaded_file("key_a", &cats)
+        .await
+        .expect("delete"));
+    assert!(node.files.get("key_a", &cats).expect("get").is_none());
+    for store in [&one, &two] {
+        assert!(node.stores.get_file("key_a", store, &cats).is_err());
+        assert!(node.stores.file_content("key_a", store, &cats).is_err());
+        let (listed, _) = node
+            .stores
+            .list_files("key_a", store, None, &Default::default())
+            .expect("list");
+        let ids: Vec<&str> = listed.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, [dogs.as_str()]);
+        assert_eq!(
+            vector_count(&node, store),
+            1,
+            "only the dogs' chunk is left"
+        );
+    }
+    let found = search_files(&node, &both, "cats purr and chase mice").await;
+    assert!(!found.is_empty() && !found.contains(&cats), "{found:?}");
+    // Gone means gone: a second delete finds nothing, and it can't be attached again.
+    assert!(!node
+        .stores
+        .delete_uploaded_file("key_a", &cats)
+        .await
+        .expect("delete"));
+    let req = AttachFile {
+        file_id: Some(cats.clone()),
+        ..AttachFile::default()
+    };
+    assert!(node.stores.attach(&caller(), &one, req).await.is_err());
+
+    // Deleted while it is being ingested: nothing of it stays.
+    let slow = open_slow_file(&node, &one).await;
+    assert!(node
+        .stores
+        .delete_uploaded_file("key_a", &slow)
+        .await
+        .expect("delete"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(vector_count(&node, &one), 1);
+    assert!(node.stores.get_file("key_a", &one, &slow).is_err());
+}
+
+/// A long file attached to `store`, its ingestion under way; its id.
+async fn open_slow_file(node: &Node, store: &str) -> String {
+    let file = upload(&node.files, "slow.txt", &long_text(20_000));
+    let calls = node.embedder.calls.load(Ordering::SeqCst);
+    attach(node, store, &file).await;
+    wait_calls(node, calls + 2).await;
+    file
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt")
+}
+
+/// A store with `cats.txt` ingested and `dogs.txt` beside it, on a service that is then
+/// shut down; the store's and the cats file's ids.
+fn ingested_then_stopped(dir: &Path) -> (String, String) {
+    runtime().block_on(async {
+        let node = open(dir, Duration::ZERO);
+        let store = new_store(&node).await;
+        let cats = upload(&node.files, "cats.txt", "cats purr and chase mice");
+        let dogs = upload(&node.files, "dogs.txt", "dogs bark and chase cats");
+        attach(&node, &store, &cats).await;
+        attach(&node, &store, &dogs).await;
+        for f in [&cats, &dogs] {
+            assert_eq!(
+                wait_status(&node, &store, f, "in_progress").await,
+                "completed"
+            );
+        }
+        assert_eq!(vector_count(&node, &store), 2);
+        (store, cats)
+    })
+}
+
+/// After the reopen: `cats` is gone from the file store, the store and its index; the
+/// dogs file is untouched.
+fn assert_only_dogs_left(dir: &Path, store: &str, cats: &str) {
+    runtime().block_on(async {
+        let node = open(dir, Duration::ZERO);
+        assert!(node.files.get("key_a", cats).expect("get").is_none());
+        let (listed, _) = node
+            .stores
+            .list_files("key_a", store, None, &Default::default())
+            .expect("list");
+        let names: Vec<String> = listed
+            .iter()
+            .map(|f| {
+                node.files
+                    .get("key_a", &f.id)
+                    .expect("get")
+                    .expect("file")
+                    .filename
+            })
+            .collect();
+        assert_eq!(names, ["dogs.txt"]);
+        assert_eq!(vector_count(&node, store), 1, "the cats' vector is gone");
+        let found = search_files(&node, &[store.to_string()], "cats purr").await;
+        assert!(!found.contains(&cats.to_string()), "{found:?}");
+        let db =
+            rusqlite::Connection::open(dir.join("stores").join(kiln_rag::DB_FILE)).expect("db");
+        let left: i64 = db
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM removals) + (SELECT COUNT(*) FROM file_deletes)",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(left, 0, "nothing stays queued");
+    });
+}
+
+/// A `kill -9` right after a delete's first transaction (tombstone written, the file
+/// detached, its vectors queued) and before the file or its vectors went: the next open
+/// finishes the delete.
+#[test]
+fn a_file_delete_cut_by_a_crash_is_finished_at_the_next_open() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (store, cats) = ingested_then_stopped(dir.path());
+    // The state that transaction commits, written as it writes it.
+    let db =
+        rusqlite::Connection::open(dir.path().join("stores").join(kiln_rag::DB_FILE)).expect("db");
+    db.execute_batch("PRAGMA foreign_keys = ON").expect("fk");
+    db.execute(
+        "INSERT INTO file_deletes (owner, file_id) VALUES ('key_a', ?1)",
+        [&cats],
+    )
+    .expect("tombstone");
+    db.execute(
+        "INSERT INTO removals (owner, store_id, file_seq, chunks)
+         SELECT owner, store_id, seq, chunks FROM store_files WHERE file_id = ?1",
+        [&cats],
+    )
+    .expect("queue");
+    db.execute("DELETE FROM store_files WHERE file_id = ?1", [&cats])
+        .expect("detach");
+    drop(db);
+    assert_only_dogs_left(dir.path(), &store, &cats);
+}
+
+/// A file deleted from the file store alone (as a kiln before this one did) leaves its
+/// attachments behind; the next open detaches them.
+#[test]
+fn attachments_of_a_file_deleted_elsewhere_are_removed_at_open() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (store, cats) = ingested_then_stopped(dir.path());
+    let files = FileStore::open(dir.path(), Default::default()).expect("files");
+    assert!(files.delete("key_a", &cats).expect("delete"));
+    drop(files);
+    assert_only_dogs_left(dir.path(), &store, &cats);
+}

@@ -258,11 +258,10 @@ impl VectorDb {
         property: &str,
         index_type: MetaType,
     ) -> Result<Mutation> {
-        Filter::cmp(property, crate::Op::Eq, vec![crate::Scalar::Null]).map_err(|_| {
-            VectorError::invalid(
-                "propertyName",
-                format!("'{property}' is not a property path (names separated by dots)"),
-            )
+        // The filter's own check, so every property a filter can name can be indexed.
+        Filter::cmp(property, crate::Op::Eq, vec![crate::Scalar::Null]).map_err(|e| match e {
+            VectorError::Invalid { message, .. } => VectorError::invalid("propertyName", message),
+            e => e,
         })?;
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
         if row.column(property).is_some() {

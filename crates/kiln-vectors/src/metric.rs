@@ -29,6 +29,13 @@ impl Metric {
         }
     }
 
+    /// Whether a vector must have a length to be scored: cosine divides by it, so an
+    /// all-zero vector would score 0 against everything in an exact scan and 1 in the
+    /// graph. Such vectors are refused, stored or asked.
+    pub fn needs_length(self) -> bool {
+        matches!(self, Self::Cosine)
+    }
+
     /// Whether a larger score is a closer match.
     pub fn higher_is_closer(self) -> bool {
         !matches!(self, Self::Euclidean)
@@ -74,6 +81,12 @@ impl Metric {
     }
 }
 
+/// Whether `v` has a length cosine can divide by: not all zeros, nor so small that its
+/// squared length is 0 in `f32`.
+pub(crate) fn has_length(v: &[f32]) -> bool {
+    dot(v, v) > 0.0
+}
+
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent sums, so the compiler keeps them in vector registers.
     let mut acc = [0f32; 8];
@@ -109,5 +122,16 @@ mod tests {
         assert_eq!(Metric::parse("l2"), None);
         assert!(Metric::Euclidean.closer_first(1.0, 2.0).is_lt());
         assert!(Metric::Cosine.closer_first(1.0, 2.0).is_gt());
+    }
+
+    #[test]
+    fn only_cosine_needs_a_length_and_zeros_have_none() {
+        assert!(Metric::Cosine.needs_length());
+        assert!(!Metric::Euclidean.needs_length());
+        assert!(!Metric::DotProduct.needs_length());
+        assert!(!has_length(&[0.0; 9]));
+        assert!(!has_length(&[-0.0, 0.0]));
+        assert!(!has_length(&[1e-30, 0.0]), "its square underflows");
+        assert!(has_length(&[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e-3]));
     }
 }

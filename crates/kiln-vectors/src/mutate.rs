@@ -7,6 +7,8 @@ use rusqlite::{params, params_from_iter, OptionalExtension};
 use crate::db::{new_mutation_id, slot_value, sql_err, still_there, touch, IndexRow, VectorDb};
 use crate::error::{Result, VectorError};
 use crate::filter::Filter;
+use crate::metric::has_length;
+use crate::query::check_ids;
 use crate::record::{Mutation, VectorRecord, WriteMode};
 use crate::schema::{encode, SLOTS};
 
@@ -113,6 +115,7 @@ impl VectorDb {
 
     /// Deletes the vectors with these ids (ids not stored are ignored).
     pub fn delete_by_ids(&self, owner: &str, name: &str, ids: &[String]) -> Result<Mutation> {
+        check_ids(&self.inner.limits, ids)?;
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
         if let Some(remote) = self.inner.remote_of(&row)? {
             return self.delete_remote(remote, &row, owner, Some(ids), None);
@@ -243,6 +246,16 @@ impl VectorDb {
                 return Err(VectorError::invalid(
                     at("values"),
                     format!("vector '{}' has a value that is not a finite number", r.id),
+                ));
+            }
+            if row.desc.metric.needs_length() && !has_length(&r.values) {
+                return Err(VectorError::invalid(
+                    at("values"),
+                    format!(
+                        "vector '{}' is all zeros; index '{}' uses cosine similarity, which \
+                         has no value for a vector without length",
+                        r.id, row.desc.name
+                    ),
                 ));
             }
             if let Some(m) = &r.metadata {

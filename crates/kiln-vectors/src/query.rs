@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::db::{sql_err, IndexRow, VectorDb};
 use crate::error::{Result, VectorError};
+use crate::metric::has_length;
 use crate::record::{Match, Query, ReturnMetadata, VectorRecord};
 use crate::remote::collection;
 use crate::schema::decode;
@@ -53,6 +54,15 @@ impl VectorDb {
             return Err(VectorError::invalid(
                 "vector",
                 "the query vector has a value that is not a finite number",
+            ));
+        }
+        if row.desc.metric.needs_length() && !has_length(&q.vector) {
+            return Err(VectorError::invalid(
+                "vector",
+                format!(
+                    "the query vector is all zeros; index '{name}' uses cosine similarity, \
+                     which has no value for a vector without length"
+                ),
             ));
         }
         if let Some(remote) = inner.remote_of(&row)? {
@@ -123,6 +133,7 @@ impl VectorDb {
 
     /// The stored vectors with these ids, in the order asked (missing ids left out).
     pub fn get_by_ids(&self, owner: &str, name: &str, ids: &[String]) -> Result<Vec<VectorRecord>> {
+        check_ids(&self.inner.limits, ids)?;
         let conn = self.inner.conn();
         let row = self.inner.row(&conn, owner, name)?;
         if let Some(remote) = self.inner.remote_of(&row)? {
@@ -249,5 +260,30 @@ fn metadata_view(
             }
             Some(out)
         }
+    }
+}
+
+/// The ids of a read or delete by id: at most a write's worth, each as long as a stored
+/// id may be (a longer one could never match, so it is a mistake worth naming).
+pub(crate) fn check_ids(limits: &crate::Limits, ids: &[String]) -> Result<()> {
+    if ids.len() > limits.max_batch {
+        return Err(VectorError::invalid(
+            "ids",
+            format!(
+                "{} ids in one request; at most {} are allowed",
+                ids.len(),
+                limits.max_batch
+            ),
+        ));
+    }
+    match ids
+        .iter()
+        .position(|id| id.is_empty() || id.len() > limits.max_id_bytes)
+    {
+        Some(i) => Err(VectorError::invalid(
+            format!("ids[{i}]"),
+            format!("a vector id must be 1 to {} bytes", limits.max_id_bytes),
+        )),
+        None => Ok(()),
     }
 }

@@ -337,6 +337,64 @@ fn bad_input_is_named() {
         db.create_index("k", "films", 3, Metric::Cosine, None),
         Err(VectorError::IndexExists(_))
     ));
+    // A cosine index refuses vectors without length, stored or asked; others take them.
+    db.create_index("k", "angles", 3, Metric::Cosine, None)
+        .expect("create");
+    let s = said(
+        db.write(
+            "k",
+            "angles",
+            &[
+                rec("ok", vec![1.0, 0.0, 0.0], json!({})),
+                rec("zero", vec![0.0; 3], json!({})),
+            ],
+            WriteMode::Upsert,
+        )
+        .map(drop),
+    );
+    assert!(
+        s.contains("vectors[1].values") && s.contains("vector 'zero' is all zeros"),
+        "{s}"
+    );
+    assert_eq!(db.info("k", "angles").expect("info").vector_count, 0);
+    let s = said(db.query("k", "angles", &query(&[0.0; 3], 5)).map(drop));
+    assert!(
+        s.starts_with("vector: the query vector is all zeros"),
+        "{s}"
+    );
+    db.create_index("k", "dots", 3, Metric::DotProduct, None)
+        .expect("create");
+    db.write(
+        "k",
+        "dots",
+        &[rec("zero", vec![0.0; 3], json!({}))],
+        WriteMode::Upsert,
+    )
+    .expect("a dot-product index takes a zero vector");
+    db.query("k", "dots", &query(&[0.0; 3], 5))
+        .expect("and a zero query");
+    // Ids read or deleted are held to the stored ids' limits.
+    let long = "i".repeat(65);
+    let s = said(
+        db.get_by_ids("k", "films", &["a".into(), long.clone()])
+            .map(drop),
+    );
+    assert!(
+        s.contains("ids[1]: a vector id must be 1 to 64 bytes"),
+        "{s}"
+    );
+    let s = said(db.delete_by_ids("k", "films", &[long]).map(drop));
+    assert!(s.contains("ids[0]"), "{s}");
+    let many: Vec<String> = (0..5001).map(|i| i.to_string()).collect();
+    assert!(said(db.get_by_ids("k", "films", &many).map(drop)).contains("at most 5000"));
+    let s = said(
+        db.create_metadata_index("k", "films", &"p".repeat(513), MetaType::String)
+            .map(drop),
+    );
+    assert!(
+        s.starts_with("propertyName:") && s.contains("at most 512 bytes"),
+        "{s}"
+    );
     // Another owner sees nothing of this one's.
     assert!(matches!(
         db.info("other", "films"),

@@ -6,7 +6,8 @@
 //!   Workers AI `queueRequest` round trips;
 //! - a crash (SIGKILL) in the middle of a batch: the restarted server resumes it and
 //!   the output holds every line exactly once; the lines are metered as batch usage;
-//! - `kiln batch` submits a file, follows it and writes the results.
+//! - `kiln batch` submits a file, follows it and writes the results (a line with a
+//!   malformed or over-long `custom_id` failing alone).
 
 mod support;
 
@@ -219,6 +220,10 @@ fn kiln_batch_submits_follows_and_writes_the_results() {
     let input = data.path().join("jobs.jsonl");
     let mut lines = chat_lines(5, 4);
     lines.push_str("{\"custom_id\": \"broken\"}\n");
+    // An id far past the cap fails its line alone, and is not kept.
+    let huge = json!({"custom_id": "x".repeat(100_000), "method": "POST",
+                      "url": "/v1/chat/completions", "body": {"messages": []}});
+    lines.push_str(&format!("{huge}\n"));
     std::fs::write(&input, lines).expect("write input");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args([
@@ -256,7 +261,13 @@ fn kiln_batch_submits_follows_and_writes_the_results() {
         "{failed}"
     );
     assert!(
-        stderr.contains("5 answered lines") && stderr.contains("1 failed lines"),
+        failed.contains("invalid_custom_id")
+            && failed.contains("line 7: `custom_id` is 100000 characters long; at most 512")
+            && failed.len() < 2000,
+        "{failed}"
+    );
+    assert!(
+        stderr.contains("5 answered lines") && stderr.contains("2 failed lines"),
         "{stderr}"
     );
 }

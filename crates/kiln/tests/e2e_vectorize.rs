@@ -365,6 +365,37 @@ fn vectorize_round_trip_survives_a_crash() {
         )
         .await;
         assert!(s == 400 && m.contains("line 1"), "{s} {m}");
+        // A cosine index has no score for a vector without length: refused, stored or
+        // asked, naming it.
+        let zero = ndjson(&[
+            json!({"id": "fine", "values": late}),
+            json!({"id": "void", "values": vec![0.0; 384]}),
+        ]);
+        for op in ["insert", "upsert"] {
+            let (s, v) = call(
+                &base,
+                KEY,
+                "POST",
+                &format!("/docs/{op}"),
+                Some(zero.clone()),
+            )
+            .await;
+            let m = v["errors"][0]["message"].as_str().unwrap_or_default();
+            assert!(
+                s == 400 && m.contains("vector 'void' is all zeros"),
+                "{s} {v}"
+            );
+            assert_eq!(v["error"]["param"], "vectors[1].values", "{v}");
+        }
+        let void = json!({"vector": vec![0.0; 384], "topK": 3}).to_string();
+        let (s, m) = refused(&base, KEY, "POST", "/docs/query", Some(void)).await;
+        assert!(
+            s == 400 && m.contains("the query vector is all zeros"),
+            "{s} {m}"
+        );
+        let long = j(json!({"ids": ["x".repeat(65)]}));
+        let (s, m) = refused(&base, KEY, "POST", "/docs/get_by_ids", long).await;
+        assert!(s == 400 && m.contains("1 to 64 bytes"), "{s} {m}");
         let big =
             ndjson(&[json!({"id": "x", "values": late, "metadata": {"t": "x".repeat(11000)}})]);
         let (s, m) = refused(&base, KEY, "POST", "/docs/upsert", Some(big)).await;

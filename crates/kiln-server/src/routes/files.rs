@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::files::{FileDeleted, FileObject, List};
-use kiln_files::{ListQuery, StoredFile};
+use kiln_files::{ListQuery, StoredFile, Upload};
 use tokio_util::io::ReaderStream;
 
 use crate::error::ApiError;
@@ -21,8 +21,9 @@ use crate::state::AppState;
 /// Purposes a client may upload with (`batch_output` is for files Kiln writes).
 const PURPOSES: &[&str] = &["batch", "assistants", "user_data"];
 
-/// `POST /v1/files`: `purpose`, then `file`. The file is written to disk chunk by chunk
-/// and becomes visible only once whole.
+/// `POST /v1/files`: `purpose` and `file`, in either order (as OpenAI takes them). The
+/// file is written to disk chunk by chunk as it arrives and becomes visible only once
+/// whole; a purpose sent after it is checked when the form ends, before `finish`.
 pub async fn upload(
     State(state): State<AppState>,
     ctx: CallContext,
@@ -30,7 +31,9 @@ pub async fn upload(
 ) -> Result<Json<FileObject>, ApiError> {
     let store = state.files()?.clone();
     let limit = store.limits().max_file_bytes;
-    let mut purpose = None;
+    let mut purpose: Option<String> = None;
+    // Dropped unfinished (any error below), it removes its partial file.
+    let mut upload: Option<Upload> = None;
     while let Some(mut field) = form
         .next_field()
         .await
@@ -43,36 +46,48 @@ pub async fn upload(
                     .await
                     .map_err(|e| form_error(&state, e, limit))?;
                 if !PURPOSES.contains(&p.as_str()) {
-                    let m = format!("`purpose` must be one of {}", PURPOSES.join(", "));
-                    return Err(ApiError::invalid("purpose", m));
+                    return Err(ApiError::invalid("purpose", purpose_message()));
                 }
                 purpose = Some(p);
             }
             Some("file") => {
-                let Some(purpose) = purpose.take() else {
+                if upload.is_some() {
                     return Err(ApiError::invalid(
-                        "purpose",
-                        "send the `purpose` field before the `file` field",
+                        "file",
+                        "the form has more than one `file` field; send one file per upload",
                     ));
-                };
+                }
                 let name = field.file_name().unwrap_or("upload").to_string();
-                let mut upload = store.upload(&ctx.caller.key_id, &name, &purpose)?;
+                let p = purpose.as_deref().unwrap_or_default();
+                let mut up = store.upload(&ctx.caller.key_id, &name, p)?;
                 while let Some(chunk) = field
                     .chunk()
                     .await
                     .map_err(|e| form_error(&state, e, limit))?
                 {
-                    upload.write(&chunk)?;
+                    up.write(&chunk)?;
                 }
-                let stored = tokio::task::spawn_blocking(move || upload.finish())
-                    .await
-                    .map_err(|e| ApiError::Internal(e.to_string()))??;
-                return Ok(Json(file_object(stored)));
+                upload = Some(up);
             }
             _ => {}
         }
     }
-    Err(ApiError::invalid("file", "the form has no `file` field"))
+    let Some(purpose) = purpose else {
+        let m = format!("the form has no `purpose` field; {}", purpose_message());
+        return Err(ApiError::invalid("purpose", m));
+    };
+    let Some(mut upload) = upload else {
+        return Err(ApiError::invalid("file", "the form has no `file` field"));
+    };
+    upload.set_purpose(&purpose);
+    let stored = tokio::task::spawn_blocking(move || upload.finish())
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    Ok(Json(file_object(stored)))
+}
+
+fn purpose_message() -> String {
+    format!("`purpose` must be one of {}", PURPOSES.join(", "))
 }
 
 /// `GET /v1/files`: newest first unless `order=asc`; at most 10000 a page.
@@ -132,12 +147,20 @@ pub async fn content(
         .into_response())
 }
 
+/// `DELETE /v1/files/{id}`: the file, and with it its chunks in every vector store it
+/// is attached to (`kiln-rag` carries the delete out, crash-safe).
 pub async fn delete(
     State(state): State<AppState>,
     ctx: CallContext,
     Path(id): Path<String>,
 ) -> Result<Json<FileDeleted>, ApiError> {
-    if !state.files()?.delete(&ctx.caller.key_id, &id)? {
+    let owner = &ctx.caller.key_id;
+    let deleted = match state.vector_stores() {
+        Ok(stores) => stores.delete_uploaded_file(owner, &id).await?,
+        // Vector stores open with the file store; without them there is nothing to detach.
+        Err(_) => state.files()?.delete(owner, &id)?,
+    };
+    if !deleted {
         return Err(not_found(&id));
     }
     Ok(Json(FileDeleted {
