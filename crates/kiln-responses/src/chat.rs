@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
 use kiln_rag::{Hit, Search};
 use kiln_usage::Caller;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Starts chat turns. `start` returns once the request is admitted (so a bad request
 /// fails before anything is streamed); the events follow on the turn's channel.
@@ -39,11 +39,15 @@ pub trait ChatRunner: Send + Sync + 'static {
     }
 }
 
-/// A running chat turn. Dropping it aborts the generation.
+/// A running chat turn. Dropping it (or its `events`) aborts the generation.
 pub struct ChatTurn {
     /// The model's catalogue name (what the response reports).
     pub model: String,
     pub events: mpsc::Receiver<TurnEvent>,
+    /// The tokens the turn consumed as they were metered, sent once the generation has
+    /// ended for any reason: finished, failed, or cut because `events` was dropped. A
+    /// stored response reports these, so it always agrees with the bill.
+    pub usage: oneshot::Receiver<TurnUsage>,
 }
 
 /// What a turn produces, in order; the last is `Finished` or `Failed`.

@@ -6,6 +6,7 @@
 //! (run here after the round) or an `mcp_approval_request` (waits for the client).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use kiln_api::responses::{ContentPart, Item};
 use serde_json::{json, Value};
@@ -16,6 +17,10 @@ use crate::events::Emitter;
 use crate::ids::new_id;
 use crate::mcp_tools::McpTools;
 use crate::tools::Tools;
+
+/// Longest wait for a stopped generation's metered usage (it comes at once unless the
+/// engine is wedged; then the round's own count stands).
+const USAGE_WAIT: Duration = Duration::from_secs(10);
 
 /// How a round ended.
 pub enum RoundEnd {
@@ -46,7 +51,7 @@ struct Message {
 /// Streams `turn` into `output`; its message carries `annotations` (the files a
 /// search found).
 pub async fn stream(
-    mut turn: ChatTurn,
+    turn: ChatTurn,
     tools: &Tools,
     mcp: &McpTools,
     annotations: &[Value],
@@ -54,6 +59,9 @@ pub async fn stream(
     em: &mut Emitter,
     cancel: &Cancel,
 ) -> RoundResult {
+    let ChatTurn {
+        mut events, usage, ..
+    } = turn;
     let mut message: Option<Message> = None;
     let mut pending_space = String::new();
     let mut calls: HashMap<usize, usize> = HashMap::new();
@@ -65,7 +73,7 @@ pub async fn stream(
     };
     loop {
         let ev = tokio::select! {
-            ev = turn.events.recv() => ev,
+            ev = events.recv() => ev,
             () = cancel.cancelled() => break,
         };
         if em.gone() {
@@ -162,11 +170,18 @@ pub async fn stream(
             }
         }
     }
-    // Close what the round opened, whatever ended it, so every item is whole.
-    if let Some(m) = message {
-        close_message(output, m, annotations, em).await;
+    // Stop the generation (if it still runs) and take its metered usage, which counts
+    // what a cut or failed round consumed too.
+    drop(events);
+    if let Ok(Ok(metered)) = tokio::time::timeout(USAGE_WAIT, usage).await {
+        result.usage = metered;
     }
     let finished = matches!(result.end, RoundEnd::Finished { .. });
+    // Close what the round opened, whatever ended it, so every item is whole; a cut
+    // message is `incomplete`.
+    if let Some(m) = message {
+        close_message(output, m, annotations, finished, em).await;
+    }
     let mut opened: Vec<usize> = calls.into_values().collect();
     opened.sort_unstable();
     for at in opened {
@@ -228,7 +243,13 @@ async fn open_message(output: &mut Vec<Item>, em: &mut Emitter) -> Message {
     }
 }
 
-async fn close_message(output: &mut [Item], m: Message, annotations: &[Value], em: &mut Emitter) {
+async fn close_message(
+    output: &mut [Item],
+    m: Message,
+    annotations: &[Value],
+    finished: bool,
+    em: &mut Emitter,
+) {
     // Citations point at the end of the answer.
     let end = m.text.chars().count();
     let annotations: Vec<Value> = annotations
@@ -248,7 +269,7 @@ async fn close_message(output: &mut [Item], m: Message, annotations: &[Value], e
     } = &mut output[m.index]
     {
         *content = vec![part.clone()];
-        *status = Some("completed".into());
+        *status = Some(if finished { "completed" } else { "incomplete" }.into());
     }
     let item = &output[m.index];
     em.emit(

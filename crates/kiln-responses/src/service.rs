@@ -365,13 +365,21 @@ impl Responses {
                     ),
                 });
             }
-            let s = self
-                .store
-                .get(key_id, &id)?
-                .ok_or_else(|| ResponsesError::NotFound {
+            let s = self.store.get(key_id, &id)?.ok_or_else(|| match previous {
+                // A deleted ancestor: name the id the client sent, and why it can't
+                // be continued (its conversation is no longer whole).
+                Some(asked) if asked != id => ResponsesError::Chain {
+                    message: format!(
+                        "previous_response_id '{asked}' cannot be continued: an earlier \
+                             response of its conversation, '{id}', was deleted; start a new \
+                             conversation (the response itself can still be read)"
+                    ),
+                },
+                _ => ResponsesError::NotFound {
                     id: id.clone(),
                     param: Some("previous_response_id".into()),
-                })?;
+                },
+            })?;
             if matches!(s.response.status.as_str(), "queued" | "in_progress") {
                 return Err(ResponsesError::invalid(
                     "previous_response_id",

@@ -40,9 +40,12 @@ impl ChatRunner for Scripted {
             ] {
                 let _ = tx.send(ev).await;
             }
+            // No metered figure: the round keeps the one `Finished` reported.
+            let (_, usage) = tokio::sync::oneshot::channel();
             Ok(ChatTurn {
                 model: "scripted".into(),
                 events,
+                usage,
             })
         })
     }
@@ -60,10 +63,20 @@ impl ChatRunner for Stalls {
         Box::pin(async move {
             let (tx, events) = tokio::sync::mpsc::channel(8);
             let _ = tx.send(TurnEvent::Text("hel".into())).await;
-            tokio::spawn(async move { tx.closed().await });
+            // Meters what it produced once the turn is dropped, as the server does.
+            let (metered, usage) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                tx.closed().await;
+                let _ = metered.send(TurnUsage {
+                    prompt: 7,
+                    cached: 0,
+                    completion: 1,
+                });
+            });
             Ok(ChatTurn {
                 model: "stalls".into(),
                 events,
+                usage,
             })
         })
     }
@@ -129,10 +142,15 @@ async fn chains_are_followed_and_scoped_to_their_key() {
         .await
         .err()
         .expect("a chain with a deleted link");
+    // A 400 that names the id the client sent and the deleted one, not a 404 for an
+    // id the client never sent; the later response itself is still readable.
+    let message = e.to_string();
+    assert!(matches!(e, ResponsesError::Chain { .. }), "{e}");
     assert!(
-        matches!(e, ResponsesError::NotFound { ref id, .. } if *id == first.id),
-        "{e}"
+        message.contains(&second.id) && message.contains(&first.id) && message.contains("deleted"),
+        "{message}"
     );
+    assert!(r.get(&caller("a"), &second.id).is_ok());
 }
 
 #[tokio::test]
@@ -269,4 +287,40 @@ async fn a_background_run_deleted_while_running_stays_deleted() {
         Err(ResponsesError::NotFound { .. })
     ));
     assert_eq!(store.footprint("k").expect("footprint"), (0, 0));
+}
+
+#[tokio::test]
+async fn a_cut_run_stores_its_metered_usage_and_an_incomplete_message() {
+    let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
+    let r = Responses::new(store, Arc::new(Stalls), Limits::default());
+    let mut background = req(json!("go"), None);
+    background.background = Some(true);
+    let queued = match r.create(caller("k"), background).await {
+        Ok(Created::Background(x)) => x,
+        _ => panic!("background"),
+    };
+    // Let the run start and stall mid-answer, then cancel it.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    r.cancel(&caller("k"), &queued.id).await.expect("cancel");
+    let mut stored = r.get(&caller("k"), &queued.id).expect("stored");
+    for _ in 0..100 {
+        if stored.usage.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        stored = r.get(&caller("k"), &queued.id).expect("stored");
+    }
+    assert_eq!(stored.status, "cancelled");
+    let usage = stored.usage.expect("usage of the cut run");
+    // What `Stalls` metered when its turn was dropped, not zeros.
+    assert_eq!((usage.input_tokens, usage.output_tokens), (7, 1));
+    let statuses: Vec<_> = stored
+        .output
+        .iter()
+        .filter_map(|i| match i {
+            kiln_api::responses::Item::Message { status, .. } => status.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, ["incomplete"], "{:?}", stored.output);
 }

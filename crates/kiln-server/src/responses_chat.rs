@@ -12,13 +12,14 @@ use kiln_api::chat::ChatCompletionRequest;
 use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
+use kiln_host::Generation;
 use kiln_http::OpenAiError;
 use kiln_rag::{Hit, Search};
 use kiln_responses::{
     ChatRunner, ChatTurn, Finish, GenError, Limits, ResponseStore, Responses, TurnEvent, TurnUsage,
 };
 use kiln_usage::Caller;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::lease::CallContext;
@@ -65,8 +66,13 @@ impl ChatRunner for ServerChat {
                 .map_err(gen_error)?;
             let model = started.hosted.name.clone();
             let (tx, events) = mpsc::channel(64);
-            tokio::spawn(pump(started, state, tx));
-            Ok(ChatTurn { model, events })
+            let (metered, usage) = oneshot::channel();
+            tokio::spawn(pump(started, state, tx, metered));
+            Ok(ChatTurn {
+                model,
+                events,
+                usage,
+            })
         })
     }
 
@@ -99,26 +105,56 @@ pub fn gen_error(e: ApiError) -> GenError {
 }
 
 /// Forwards the generation's text and tool calls until it ends, the receiver goes away
-/// (dropping the generation aborts it) or the shutdown deadline passes. Tool calls
-/// come from `kiln-constrain`'s parser, whose events are already the turn's shape.
-async fn pump(started: ChatStart, state: AppState, tx: mpsc::Sender<TurnEvent>) {
+/// (dropping the generation aborts it) or the shutdown deadline passes; then sends the
+/// usage the generation meters as it is dropped. Tool calls come from `kiln-constrain`'s
+/// parser, whose events are already the turn's shape.
+async fn pump(
+    started: ChatStart,
+    state: AppState,
+    tx: mpsc::Sender<TurnEvent>,
+    metered: oneshot::Sender<TurnUsage>,
+) {
     let ChatStart {
         mut gen,
         parse_tools,
         ..
     } = started;
-    let mut parser = parse_tools.map(ToolCallParser::new);
+    let last = forward(&mut gen, parse_tools.map(ToolCallParser::new), &state, &tx).await;
+    let u = gen.usage();
+    let usage = TurnUsage {
+        prompt: u.prompt,
+        cached: u.cached,
+        completion: u.completion,
+    };
+    // The usage is metered here, with the same figures.
+    drop(gen);
+    let _ = metered.send(usage);
+    let last = match last {
+        Some(Ok(length)) => TurnEvent::Finished(Finish { length, usage }),
+        Some(Err(e)) => TurnEvent::Failed(e),
+        None => return,
+    };
+    let _ = tx.send(last).await;
+}
+
+/// The generation's events as turn events, until it ends (`Some(Ok(cut by length))`),
+/// fails or is cut by the shutdown deadline (`Some(Err)`), or the receiver goes away
+/// (`None`).
+async fn forward(
+    gen: &mut Generation,
+    mut parser: Option<ToolCallParser>,
+    state: &AppState,
+    tx: &mpsc::Sender<TurnEvent>,
+) -> Option<Result<bool, GenError>> {
     let mut parsed = Vec::new();
     let mut cutoff = state.cutoff();
     loop {
         let ev = tokio::select! {
             ev = gen.next() => ev,
-            () = cutoff.passed() => {
-                let _ = tx.send(TurnEvent::Failed(gen_error(ApiError::ShutdownCut))).await;
-                return;
-            }
+            () = cutoff.passed() => return Some(Err(gen_error(ApiError::ShutdownCut))),
+            () = tx.closed() => return None,
         };
-        let Some(ev) = ev else { return };
+        let ev = ev?;
         let end = match ev.event {
             TextEvent::Delta { text, .. } => {
                 match parser.as_mut() {
@@ -136,28 +172,13 @@ async fn pump(started: ChatStart, state: AppState, tx: mpsc::Sender<TurnEvent>) 
             TextEvent::Started { .. } | TextEvent::PromptLogprob { .. } => continue,
         };
         for ev in parsed.drain(..).filter_map(turn_event) {
-            if tx.send(ev).await.is_err() {
-                return;
-            }
+            tx.send(ev).await.ok()?;
         }
         if let Some(reason) = end {
-            let last = match gen.failure(reason) {
-                Some(e) => TurnEvent::Failed(gen_error(ApiError::from(e))),
-                None => {
-                    let u = gen.usage();
-                    TurnEvent::Finished(Finish {
-                        length: reason == FinishReason::Length,
-                        usage: TurnUsage {
-                            prompt: u.prompt,
-                            cached: u.cached,
-                            completion: u.completion,
-                        },
-                    })
-                }
-            };
-            drop(gen);
-            let _ = tx.send(last).await;
-            return;
+            return Some(match gen.failure(reason) {
+                Some(e) => Err(gen_error(ApiError::from(e))),
+                None => Ok(reason == FinishReason::Length),
+            });
         }
     }
 }

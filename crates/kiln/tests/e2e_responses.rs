@@ -184,3 +184,137 @@ fn a_second_server_on_the_same_data_dir_is_refused() {
     let err = refused_on(data.path());
     assert!(err.contains("in use by another kiln serve"), "{err}");
 }
+
+/// Prompt and completion tokens metered so far (`/admin/usage` totals), once they have
+/// stopped moving and differ from `before`, or stay at `before` for `settle`.
+async fn metered(base: &str, before: (u64, u64), settle: Duration) -> (u64, u64) {
+    let read = || async {
+        let (status, u) = get(base, "/admin/usage").await;
+        assert_eq!(status, 200, "{u}");
+        let n = |k: &str| u["totals"][k].as_u64().unwrap_or(0);
+        (n("prompt_tokens"), n("completion_tokens"))
+    };
+    let deadline = Instant::now() + settle;
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = read().await;
+        if (now != before && now == last) || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// The stored response `id` once it has ended.
+async fn ended(base: &str, id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        // A streamed response is stored whole when it ends: 404 until then.
+        let (status, r) = get(base, &format!("/v1/responses/{id}")).await;
+        assert!(status == 200 || status == 404, "{status}: {r}");
+        if status == 200 && !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "never ended: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn stored_usage(r: &serde_json::Value) -> (u64, u64) {
+    let n = |k: &str| r["usage"][k].as_u64().unwrap_or(0);
+    (n("input_tokens"), n("output_tokens"))
+}
+
+#[test]
+fn stored_usage_equals_metered_usage_however_a_response_ends() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let server = serve_on(data.path());
+    let base = server.base_url();
+    let long = "Write a long story about a lighthouse keeper and her cat.";
+    block_on(async {
+        let mut before = metered(&base, (u64::MAX, 0), Duration::from_secs(1)).await;
+        let check = |label: &str, r: &serde_json::Value, before: &mut (u64, u64), now| {
+            let (now, then): ((u64, u64), (u64, u64)) = (now, *before);
+            let delta = (now.0 - then.0, now.1 - then.1);
+            assert_eq!(
+                stored_usage(r),
+                delta,
+                "{label}: stored against metered: {r}"
+            );
+            *before = now;
+        };
+
+        // Completed.
+        let (status, r) = post(
+            &base,
+            "/v1/responses",
+            &json!({"input": "Say hello.", "max_output_tokens": 12, "temperature": 0}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        assert!(stored_usage(&r).1 > 0, "{r}");
+        let now = metered(&base, before, Duration::from_secs(30)).await;
+        check("completed", &r, &mut before, now);
+
+        // A stream the client cuts after a few words.
+        let mut resp = fresh_client()
+            .post(format!("{base}/v1/responses"))
+            .json(
+                &json!({"input": long, "max_output_tokens": 400, "stream": true,
+                          "temperature": 0}),
+            )
+            .send()
+            .await
+            .expect("stream");
+        let mut sse = String::new();
+        while sse.matches("response.output_text.delta").count() < 4 {
+            let chunk = resp.chunk().await.expect("chunk").expect("more events");
+            sse.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        drop(resp);
+        let id = sse
+            .split("\"id\":\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .expect("response id")
+            .to_string();
+        let cut = ended(&base, &id).await;
+        assert_eq!(cut["status"], "cancelled", "{cut}");
+        assert_eq!(cut["output"][0]["status"], "incomplete", "{cut}");
+        assert!(stored_usage(&cut).1 >= 3, "{cut}");
+        let now = metered(&base, before, Duration::from_secs(30)).await;
+        check("cut stream", &cut, &mut before, now);
+
+        // A background run cancelled mid-answer.
+        let (status, bg) = post(
+            &base,
+            "/v1/responses",
+            &json!({"input": long, "max_output_tokens": 400, "background": true,
+                    "temperature": 0}),
+        )
+        .await;
+        assert_eq!(status, 200, "{bg}");
+        let id = bg["id"].as_str().expect("id").to_string();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (status, c) = post(&base, &format!("/v1/responses/{id}/cancel"), &json!({})).await;
+        assert_eq!(status, 200, "{c}");
+        let cancelled = ended(&base, &id).await;
+        assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+        let now = metered(&base, before, Duration::from_secs(30)).await;
+        check("cancelled", &cancelled, &mut before, now);
+
+        // Failed before the model ran: nothing stored, nothing metered.
+        let (status, failed) = post(
+            &base,
+            "/v1/responses",
+            &json!({"input": "hi", "tools": [{"type": "mcp", "server_label": "x",
+                    "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{failed}");
+        assert_eq!(failed["status"], "failed", "{failed}");
+        let now = metered(&base, before, Duration::from_secs(2)).await;
+        check("failed", &failed, &mut before, now);
+    });
+}

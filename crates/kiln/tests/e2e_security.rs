@@ -5,7 +5,8 @@
 //!   (in every spelling), the cloud metadata address or a private network gets a failed
 //!   response with `mcp_server_not_allowed` and the target is never contacted; with the
 //!   operator's `--outbound-allow` the request goes through, and the target's error body
-//!   (an internal secret) never reaches the client, only its status.
+//!   (an internal secret) never reaches the client, only its status;
+//! - servers on different `--data-dir`s meter usage into their own files.
 
 mod support;
 
@@ -119,4 +120,19 @@ fn an_allowed_internal_server_never_has_its_body_echoed() {
     let text = r.to_string();
     assert!(text.contains("501"), "the status should be named: {text}");
     assert!(!text.contains("hunter2"), "the remote body leaked: {text}");
+}
+
+#[test]
+fn each_data_dir_has_its_own_usage_meter() {
+    let (first, a) = serve(&[]);
+    let (second, b) = serve(&[]);
+    for (server, dir) in [(&first, &a), (&second, &b)] {
+        let want = dir.path().join("usage.sqlite3");
+        let log = server.log_tail();
+        assert!(
+            log.contains(&format!("metering usage path={}", want.display())),
+            "{log}"
+        );
+        assert!(want.exists(), "{}", want.display());
+    }
 }

@@ -12,7 +12,7 @@ mod outbound;
 mod vectors;
 
 use std::net::ToSocketAddrs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -31,6 +31,19 @@ const DEFAULT_MODELS_MEMORY_SHARE: f64 = 0.8;
 /// The budget when available memory is unknown.
 const FALLBACK_MODELS_MEMORY: u64 = 8 << 30;
 const USAGE_DB_FILE: &str = "usage.sqlite3";
+
+/// Usage is state like the rest: it lives in the data directory, so servers on
+/// different `--data-dir`s never share a meter. Without a data directory chosen, an
+/// existing usage file in the Kiln home (where releases before this one kept it) is
+/// used rather than started afresh beside it.
+fn default_usage_db(cache: &kiln_catalog::Cache, data_dir: Option<&Path>) -> PathBuf {
+    let legacy = cache.root().join(USAGE_DB_FILE);
+    match data_dir {
+        Some(dir) => dir.join(USAGE_DB_FILE),
+        None if legacy.exists() => legacy,
+        None => cache.root().join(DATA_DIR).join(USAGE_DB_FILE),
+    }
+}
 /// The server's state directory in the Kiln home.
 const DATA_DIR: &str = "data";
 /// The prompt firewall's classifier when none is served.
@@ -99,7 +112,8 @@ pub struct Args {
     admin_keys: Vec<String>,
 
     /// SQLite file where usage per API key and model is kept across restarts
-    /// [default: usage.sqlite3 in the Kiln home (model cache) directory]
+    /// [default: usage.sqlite3 in the data directory (an existing one in the Kiln home
+    /// is kept when no data directory is given)]
     #[arg(long, value_name = "PATH", env = "KILN_USAGE_DB")]
     usage_db: Option<PathBuf>,
 
@@ -399,14 +413,10 @@ fn settings(
         }
     }
     let cache = global.cache()?;
-    let usage_db = args
-        .usage_db
-        .or(file.usage_db)
-        .unwrap_or_else(|| cache.root().join(USAGE_DB_FILE));
-    let data_dir = args
-        .data_dir
-        .or(file.data_dir)
-        .unwrap_or_else(|| cache.root().join(DATA_DIR));
+    let chosen_data_dir = args.data_dir.or(file.data_dir);
+    let usage_db = args.usage_db.or(file.usage_db);
+    let usage_db = usage_db.unwrap_or_else(|| default_usage_db(&cache, chosen_data_dir.as_deref()));
+    let data_dir = chosen_data_dir.unwrap_or_else(|| cache.root().join(DATA_DIR));
     let mut responses = kiln_server::ResponseLimits {
         mcp,
         mcp_per_key,
