@@ -17,7 +17,7 @@ use tokio::sync::{broadcast, mpsc, Notify};
 use crate::db::{AgentDb, AgentRow};
 use crate::error::{AgentError, Result};
 use crate::live::Live;
-use crate::schedule;
+use crate::schedule::{self, ScheduleLimits};
 
 /// Agents one API key may have.
 pub const MAX_AGENTS_PER_KEY: usize = 1000;
@@ -34,6 +34,7 @@ pub struct Agents {
     max_agents: usize,
     chat: Arc<dyn ChatRunner>,
     limits: Limits,
+    schedule_limits: ScheduleLimits,
     live: Mutex<HashMap<(String, String), Arc<Live>>>,
     pub(crate) due: Mutex<BTreeSet<Due>>,
     pub(crate) wake: Notify,
@@ -41,12 +42,18 @@ pub struct Agents {
 
 impl Agents {
     /// Agents stored under `dir` (one subdirectory per owner key, one file per agent).
-    pub fn new(dir: PathBuf, chat: Arc<dyn ChatRunner>, limits: Limits) -> Arc<Self> {
+    pub fn new(
+        dir: PathBuf,
+        chat: Arc<dyn ChatRunner>,
+        limits: Limits,
+        schedule_limits: ScheduleLimits,
+    ) -> Arc<Self> {
         Arc::new(Self {
             dir,
             max_agents: MAX_AGENTS_PER_KEY,
             chat,
             limits,
+            schedule_limits,
             live: Mutex::new(HashMap::new()),
             due: Mutex::new(BTreeSet::new()),
             wake: Notify::new(),
@@ -104,6 +111,11 @@ impl Agents {
             return Err(AgentError::invalid("model", "an agent needs a `model`"));
         }
         check_name(name)?;
+        // What a turn would refuse is refused now, not at every scheduled turn.
+        kiln_responses::check_tools(config.tools.as_deref().unwrap_or_default())?;
+        self.chat
+            .check_model(&config.model)
+            .map_err(kiln_responses::ResponsesError::Generate)?;
         if !self.path(&caller.key_id, name).exists() {
             let owned = std::fs::read_dir(self.dir.join(&caller.key_id))
                 .map(|d| {
@@ -136,6 +148,49 @@ impl Agents {
 
     pub fn get(&self, caller: &Caller, name: &str) -> Result<Agent> {
         Ok(agent(&self.existing(caller, name)?.1))
+    }
+
+    /// A page of `caller`'s agents in name order (`descending` reverses it), starting
+    /// after the agent named `after`; and whether more follow.
+    pub fn list(
+        &self,
+        caller: &Caller,
+        after: Option<&str>,
+        limit: usize,
+        descending: bool,
+    ) -> Result<(Vec<Agent>, bool)> {
+        let mut names: Vec<String> = match std::fs::read_dir(self.dir.join(&caller.key_id)) {
+            Ok(dir) => dir
+                .flatten()
+                .filter_map(|f| {
+                    let path = f.path();
+                    let stem = path.file_stem()?.to_str()?.to_string();
+                    (path.extension()? == "sqlite3" && check_name(&stem).is_ok()).then_some(stem)
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort_unstable();
+        if descending {
+            names.reverse();
+        }
+        let start = match after {
+            Some(a) => names.iter().position(|n| n == a).map_or(0, |i| i + 1),
+            None => 0,
+        };
+        let mut page = Vec::with_capacity(limit.min(names.len()));
+        let mut rest = names[start.min(names.len())..].iter();
+        for name in rest.by_ref() {
+            // A file that is not a readable agent (deleted meanwhile, corrupt) is skipped:
+            // the list shows what can be used.
+            if let Ok(a) = self.get(caller, name) {
+                page.push(a);
+                if page.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok((page, rest.next().is_some()))
     }
 
     /// Deletes agent `name` and its file: settings, state, conversation, schedules.
@@ -258,7 +313,14 @@ impl Agents {
             ));
         }
         let now = unix_now();
-        let (when, next) = schedule::parse(&req, now)?;
+        let (when, next) = schedule::parse(&req, now, &self.schedule_limits)?;
+        let max = self.schedule_limits.max_per_agent;
+        if live.db.schedules()?.len() >= max {
+            return Err(AgentError::Limit(format!(
+                "agent '{name}' has {max} schedules, the most one agent may have; delete \
+                 some first"
+            )));
+        }
         let s = Schedule {
             id: kiln_responses::new_id("sched"),
             object: "agent.schedule".into(),
@@ -372,6 +434,7 @@ mod tests {
             dir.path().to_path_buf(),
             Arc::new(NoModel),
             Limits::default(),
+            ScheduleLimits::default(),
         );
         Arc::get_mut(&mut agents).expect("unshared").max_agents = 2;
         let me = Caller::anonymous();
@@ -400,5 +463,78 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn an_agent_may_have_only_so_many_schedules() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let limits = ScheduleLimits {
+            max_per_agent: 2,
+            ..ScheduleLimits::default()
+        };
+        let agents = Agents::new(
+            dir.path().to_path_buf(),
+            Arc::new(NoModel),
+            Limits::default(),
+            limits,
+        );
+        let me = Caller::anonymous();
+        let config = AgentConfig {
+            model: "m".into(),
+            ..AgentConfig::default()
+        };
+        agents.put(&me, "a", config).expect("agent");
+        let later = || ScheduleRequest {
+            input: serde_json::json!("hi"),
+            delay_seconds: Some(3600.0),
+            at: None,
+            cron: None,
+        };
+        agents.add_schedule(&me, "a", later()).expect("first");
+        let second = agents.add_schedule(&me, "a", later()).expect("second");
+        let e = agents.add_schedule(&me, "a", later()).expect_err("third");
+        assert!(
+            matches!(e, AgentError::Limit(ref m) if m.contains("2 schedules")),
+            "{e}"
+        );
+        agents
+            .delete_schedule(&me, "a", &second.id)
+            .expect("delete");
+        agents.add_schedule(&me, "a", later()).expect("room again");
+    }
+
+    #[test]
+    fn a_keys_agents_list_in_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let agents = Agents::new(
+            dir.path().to_path_buf(),
+            Arc::new(NoModel),
+            Limits::default(),
+            ScheduleLimits::default(),
+        );
+        let me = Caller::anonymous();
+        let config = || AgentConfig {
+            model: "m".into(),
+            ..AgentConfig::default()
+        };
+        for name in ["c", "a", "b"] {
+            agents.put(&me, name, config()).expect("agent");
+        }
+        let ids = |page: &[Agent]| page.iter().map(|a| a.id.clone()).collect::<Vec<_>>();
+        let (page, more) = agents.list(&me, None, 2, false).expect("first page");
+        assert_eq!((ids(&page), more), (vec!["a".into(), "b".into()], true));
+        let (page, more) = agents.list(&me, Some("b"), 2, false).expect("second page");
+        assert_eq!((ids(&page), more), (vec!["c".into()], false));
+        let (page, _) = agents.list(&me, None, 10, true).expect("descending");
+        assert_eq!(ids(&page), ["c", "b", "a"]);
+        let other = Caller {
+            key_id: "key_other".into(),
+            label: None,
+        };
+        assert!(agents
+            .list(&other, None, 10, false)
+            .expect("none")
+            .0
+            .is_empty());
     }
 }

@@ -17,3 +17,4 @@ pub mod schedule;
 
 pub use agents::{Agents, IDLE, MAX_AGENTS_PER_KEY};
 pub use error::{AgentError, Result};
+pub use schedule::ScheduleLimits;

@@ -22,6 +22,13 @@ pub trait ChatRunner: Send + Sync + 'static {
         request: ChatCompletionRequest,
     ) -> BoxFuture<'static, Result<ChatTurn, GenError>>;
 
+    /// Whether `model` can run turns here. An agent's model is checked when it is set,
+    /// so a scheduled turn never fails (and retries) on a model that isn't served. The
+    /// default accepts every model.
+    fn check_model(&self, _model: &str) -> Result<(), GenError> {
+        Ok(())
+    }
+
     /// The best chunks of `caller`'s vector stores `store_ids` for `search`. A runner
     /// without vector stores refuses the tool.
     fn file_search(

@@ -26,5 +26,11 @@ mod turn;
 pub use chat::{ChatRunner, ChatTurn, Finish, GenError, TurnEvent, TurnUsage};
 pub use error::{ResponsesError, Result};
 pub use ids::new_id;
+
+/// Checks a Responses `tools` list as a request's would be (the same 400s, naming
+/// `tools[i]`'s field), for callers that keep tools for later turns.
+pub fn check_tools(tools: &[serde_json::Value]) -> Result<()> {
+    tools::parse(Some(tools)).map(|_| ())
+}
 pub use service::{Created, EventStream, ItemsQuery, Limits, Responses};
 pub use store::{ResponseStore, Stored, TABLES};

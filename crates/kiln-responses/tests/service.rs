@@ -267,8 +267,9 @@ async fn input_items_page_and_only_background_runs_cancel() {
     assert!(matches!(e, ResponsesError::Invalid { ref param, .. } if param == "limit"));
 }
 
-#[tokio::test]
-async fn a_background_run_deleted_while_running_stays_deleted() {
+/// A service over [`Stalls`] with a background run of key `k` started and stalled
+/// mid-answer: the service, its store and the queued response.
+async fn stalled_background() -> (Arc<Responses>, Arc<ResponseStore>, Response) {
     let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
     let r = Responses::new(store.clone(), Arc::new(Stalls), Limits::default());
     let mut background = req(json!("go"), None);
@@ -277,8 +278,13 @@ async fn a_background_run_deleted_while_running_stays_deleted() {
         Ok(Created::Background(x)) => x,
         _ => panic!("background"),
     };
-    // Let the run start and stall mid-answer.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    (r, store, queued)
+}
+
+#[tokio::test]
+async fn a_background_run_deleted_while_running_stays_deleted() {
+    let (r, store, queued) = stalled_background().await;
     r.delete(&caller("k"), &queued.id).expect("delete");
     // The cancelled run ends; it must not write the response back.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -291,16 +297,7 @@ async fn a_background_run_deleted_while_running_stays_deleted() {
 
 #[tokio::test]
 async fn a_cut_run_stores_its_metered_usage_and_an_incomplete_message() {
-    let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
-    let r = Responses::new(store, Arc::new(Stalls), Limits::default());
-    let mut background = req(json!("go"), None);
-    background.background = Some(true);
-    let queued = match r.create(caller("k"), background).await {
-        Ok(Created::Background(x)) => x,
-        _ => panic!("background"),
-    };
-    // Let the run start and stall mid-answer, then cancel it.
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (r, _store, queued) = stalled_background().await;
     r.cancel(&caller("k"), &queued.id).await.expect("cancel");
     let mut stored = r.get(&caller("k"), &queued.id).expect("stored");
     for _ in 0..100 {

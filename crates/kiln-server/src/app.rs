@@ -40,6 +40,7 @@ pub fn app(state: AppState) -> Router {
             get(responses::input_items),
         )
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/v1/agents", get(agents::list))
         .route(
             "/v1/agents/{name}",
             get(agents::get).put(agents::put).delete(agents::delete),

@@ -49,6 +49,7 @@ pub mod validate;
 pub use app::app;
 pub use error::{ApiError, Error, Result};
 pub use gate::{CacheSettings, GuardSettings};
+pub use kiln_agents::ScheduleLimits as AgentScheduleLimits;
 pub use kiln_engine::ServingOptions;
 pub use kiln_host::{
     Encoder, EncoderWeights, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind, ModelSource,

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
-use kiln_agents::Agents;
+use kiln_agents::{Agents, ScheduleLimits};
 use kiln_api::chat::ChatCompletionRequest;
 use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
-use kiln_host::Generation;
+use kiln_host::{Generation, ModelKind};
 use kiln_http::OpenAiError;
 use kiln_rag::{Hit, Search};
 use kiln_responses::{
@@ -41,9 +41,14 @@ pub fn enable_responses(state: &AppState, store: ResponseStore, limits: Limits) 
 
 /// Serves agents on `state` from files under `dir` and starts their alarms (call on
 /// the runtime, before serving): the schedules armed, or `None` if already set up.
-pub fn enable_agents(state: &AppState, dir: PathBuf, limits: Limits) -> Option<usize> {
+pub fn enable_agents(
+    state: &AppState,
+    dir: PathBuf,
+    limits: Limits,
+    schedules: ScheduleLimits,
+) -> Option<usize> {
     let chat = Arc::new(ServerChat(state.downgrade()));
-    let agents = Agents::new(dir, chat, limits);
+    let agents = Agents::new(dir, chat, limits, schedules);
     state.set_agents(agents.clone()).then(|| agents.start())
 }
 
@@ -74,6 +79,19 @@ impl ChatRunner for ServerChat {
                 usage,
             })
         })
+    }
+
+    fn check_model(&self, model: &str) -> Result<(), GenError> {
+        let state = self
+            .0
+            .upgrade()
+            .map(AppState::from_inner)
+            .ok_or_else(|| gen_error(ApiError::ShuttingDown))?;
+        let (model, _) = state.split_adapter(Some(model), None).map_err(gen_error)?;
+        state
+            .resolve_for(model, ModelKind::Generate)
+            .map(drop)
+            .map_err(gen_error)
     }
 
     fn file_search(

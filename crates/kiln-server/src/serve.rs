@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub data_dir: Option<PathBuf>,
     /// Per-key storage caps and per-response bounds of the Responses API.
     pub responses: Limits,
+    /// Bounds on agents' schedules (minimum interval, schedules per agent).
+    pub agent_schedules: kiln_agents::ScheduleLimits,
     /// Size caps of uploaded files.
     pub files: kiln_files::Limits,
     /// Batch lines in flight and batch sizes.
@@ -97,7 +99,13 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
         enable_responses(state, ResponseStore::open(&path)?, opts.responses.clone()).resume()?;
     tracing::info!(path = %path.display(), resumed, "storing responses");
     let agents = dir.join(AGENTS_DIR);
-    let armed = enable_agents(state, agents.clone(), opts.responses.clone()).unwrap_or(0);
+    let armed = enable_agents(
+        state,
+        agents.clone(),
+        opts.responses.clone(),
+        opts.agent_schedules,
+    )
+    .unwrap_or(0);
     tracing::info!(path = %agents.display(), armed, "agents");
     let (resumed, files) = enable_batches(state, dir, opts.files, opts.batches.clone())?;
     tracing::info!(resumed, "files and batches");

@@ -328,6 +328,7 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
         usage_db: Some(dir.path().join("usage.sqlite3")),
         data_dir: Some(dir.path().join("data")),
         responses: Default::default(),
+        agent_schedules: Default::default(),
         files: Default::default(),
         batches: Default::default(),
         vectors: Default::default(),

@@ -6,7 +6,12 @@
 //!   response with `mcp_server_not_allowed` and the target is never contacted; with the
 //!   operator's `--outbound-allow` the request goes through, and the target's error body
 //!   (an internal secret) never reaches the client, only its status;
-//! - servers on different `--data-dir`s meter usage into their own files.
+//! - servers on different `--data-dir`s meter usage into their own files;
+//! - agents: a cron pattern with seconds (`* * * * * *` ran a turn every second), one
+//!   that fires more often than the minimum interval, an `at` in year 9999 or the past,
+//!   more schedules than an agent may have, an unserved model and tools of the wrong
+//!   shape at `PUT` are all 400s naming the field; `GET /v1/agents` needs a key (401,
+//!   not 404) and pages the key's own agents.
 
 mod support;
 
@@ -14,6 +19,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use reqwest::Method;
 
 use serde_json::{json, Value};
 use support::*;
@@ -135,4 +142,112 @@ fn each_data_dir_has_its_own_usage_meter() {
         );
         assert!(want.exists(), "{}", want.display());
     }
+}
+
+#[test]
+fn agent_schedules_and_settings_are_bounded() {
+    const KEY: &str = "sk-sec";
+    let (server, _data) = serve(&[
+        "--api-key",
+        KEY,
+        "--agent-max-schedules",
+        "3",
+        "--agent-min-interval",
+        "300",
+    ]);
+    let base = server.base_url();
+    let send = |method: Method, path: String, body: Option<Value>| {
+        let base = base.clone();
+        async move { call(&base, method, &path, Some(KEY), body.as_ref()).await }
+    };
+    block_on(async {
+        let refused = |(status, body): (u16, Value), param: &str| {
+            assert_eq!(status, 400, "{param}: {body}");
+            assert_eq!(body["error"]["param"], param, "{body}");
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        // Settings a turn would refuse are refused at PUT.
+        let put =
+            |name: &str, body: Value| send(Method::PUT, format!("/v1/agents/{name}"), Some(body));
+        let (status, body) = put("a", json!({"model": "no-such-model"})).await;
+        assert!(matches!(status, 400 | 404), "{status}: {body}");
+        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+        refused(
+            put(
+                "a",
+                json!({"model": MODEL, "tools": [{"type": "web_search"}]}),
+            )
+            .await,
+            "tools[0].type",
+        );
+        let (status, body) = put("a", json!({"model": MODEL})).await;
+        assert_eq!(status, 200, "{body}");
+
+        let schedule =
+            |body: Value| send(Method::POST, "/v1/agents/a/schedules".into(), Some(body));
+        let m = refused(
+            schedule(json!({"input": "x", "cron": "* * * * * *"})).await,
+            "cron",
+        );
+        assert!(m.contains("five fields"), "{m}");
+        refused(
+            schedule(json!({"input": "x", "cron": "0 0 * * * * 2030"})).await,
+            "cron",
+        );
+        let m = refused(
+            schedule(json!({"input": "x", "cron": "0,1 * * * *"})).await,
+            "cron",
+        );
+        assert!(m.contains("60 s apart") && m.contains("300 s"), "{m}");
+        refused(
+            schedule(json!({"input": "x", "cron": "*/2 * * * *"})).await,
+            "cron",
+        );
+        refused(
+            schedule(json!({"input": "x", "at": "9999-12-31T23:59:59Z"})).await,
+            "at",
+        );
+        refused(
+            schedule(json!({"input": "x", "at": "2001-01-01T00:00:00Z"})).await,
+            "at",
+        );
+        for _ in 0..3 {
+            let (status, body) = schedule(json!({"input": "x", "delay_seconds": 3600})).await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, body) = schedule(json!({"input": "x", "cron": "0 3 * * *"})).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("3 schedules"),
+            "{body}"
+        );
+
+        // Listing: a key first, then the key's own agents, a page at a time.
+        let (status, body) = call(&base, Method::GET, "/v1/agents", None, None).await;
+        assert_eq!(status, 401, "{body}");
+        for name in ["b", "c"] {
+            let (status, body) = put(name, json!({"model": MODEL})).await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, page) = send(Method::GET, "/v1/agents?limit=2".into(), None).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(page["object"], "list");
+        assert_eq!(page["data"][0]["id"], "a");
+        assert_eq!(page["data"][1]["id"], "b");
+        assert_eq!(page["has_more"], true, "{page}");
+        assert_eq!(page["last_id"], "b");
+        let (_, next) = send(Method::GET, "/v1/agents?limit=2&after=b".into(), None).await;
+        assert_eq!(next["data"].as_array().map(Vec::len), Some(1), "{next}");
+        assert_eq!(next["has_more"], false, "{next}");
+        refused(
+            send(Method::GET, "/v1/agents?limit=101".into(), None).await,
+            "limit",
+        );
+    });
 }

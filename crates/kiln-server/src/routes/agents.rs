@@ -1,14 +1,17 @@
-//! Kiln's agents API, mapped onto [`kiln_agents`]: `PUT`/`GET`/`DELETE
-//! /v1/agents/{name}`, its turns (`POST .../responses`) and history (`GET
+//! Kiln's agents API, mapped onto [`kiln_agents`]: `GET /v1/agents` (a page of the
+//! caller's agents), `PUT`/`GET`/`DELETE /v1/agents/{name}`, its turns (`POST .../responses`) and history (`GET
 //! .../responses`), its state (`GET`/`PUT .../state`), schedules (`POST`/`GET
 //! .../schedules`, `DELETE .../schedules/{id}`) and events (`GET .../events`, SSE).
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
-use kiln_api::agents::{AgentConfig, List, ScheduleRequest};
+use kiln_api::agents::{Agent, AgentConfig, List, ScheduleRequest};
+use kiln_api::files::List as Page;
 use kiln_api::responses::CreateResponse;
 use kiln_responses::Created;
 use serde_json::{json, Value};
@@ -16,10 +19,30 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::responses::sse;
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{query_number, ApiJson};
 use crate::lease::CallContext;
 use crate::state::AppState;
 use crate::stream::{event_stream, named_event, with_keepalive};
+
+/// `GET /v1/agents`: the caller's agents by name (`order=desc` reverses), `limit` 1 to
+/// 100 (20), `after` a name.
+pub async fn list(
+    State(state): State<AppState>,
+    ctx: CallContext,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let limit = query_number(&q, "limit", 1..=100)?.unwrap_or(20);
+    let descending = match q.get("order").map(String::as_str) {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
+    };
+    let after = q.get("after").map(String::as_str);
+    let (data, has_more) = state
+        .agents()?
+        .list(&ctx.caller, after, limit, descending)?;
+    Ok(Json(Page::page(data, has_more, |a: &Agent| &a.id)).into_response())
+}
 
 pub async fn put(
     State(state): State<AppState>,

@@ -134,6 +134,15 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     max_stored_responses: Option<u64>,
 
+    /// Shortest time between two runs of an agent's cron schedule, in seconds; a
+    /// pattern that fires more often is refused [default: 60]
+    #[arg(long, value_name = "SECS")]
+    agent_min_interval: Option<u64>,
+
+    /// Schedules one agent may have pending [default: 100]
+    #[arg(long, value_name = "N")]
+    agent_max_schedules: Option<usize>,
+
     /// Largest file `POST /v1/files` takes, e.g. 512MiB; larger ones get 413
     /// [default: 512MiB]
     #[arg(long, value_name = "SIZE")]
@@ -426,6 +435,15 @@ fn settings(
         anyhow::ensure!(n > 0, "--max-stored-responses must be at least 1");
         responses.max_stored_per_key = n;
     }
+    let mut agent_schedules = kiln_server::AgentScheduleLimits::default();
+    if let Some(s) = args.agent_min_interval.or(file.agent_min_interval) {
+        anyhow::ensure!(s >= 1, "--agent-min-interval must be at least 1 second");
+        agent_schedules.min_interval_s = s;
+    }
+    if let Some(n) = args.agent_max_schedules.or(file.agent_max_schedules) {
+        anyhow::ensure!(n >= 1, "--agent-max-schedules must be at least 1");
+        agent_schedules.max_per_agent = n;
+    }
     let mut files = kiln_files::Limits::default();
     if let Some(size) = args.max_file_size.or(file.max_file_size) {
         anyhow::ensure!(size.0 > 0, "--max-file-size must be at least 1 byte");
@@ -447,6 +465,7 @@ fn settings(
         usage_db: Some(usage_db),
         data_dir: Some(data_dir),
         responses,
+        agent_schedules,
         files,
         batches,
         vectors,

@@ -49,6 +49,9 @@ pub struct FileConfig {
     pub usage_db: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub max_stored_responses: Option<u64>,
+    /// Seconds (`--agent-min-interval`).
+    pub agent_min_interval: Option<u64>,
+    pub agent_max_schedules: Option<usize>,
     /// Hosts or CIDR networks server-side fetches may reach (`--outbound-allow`).
     pub outbound_allow: Option<Vec<String>>,
     pub max_file_size: Option<Size>,
