@@ -246,9 +246,28 @@ fn reqwest_failure(error: &reqwest::Error) -> Failure {
         return Failure::Tls(truncate(&text));
     }
     if error.is_connect() || error.is_request() || error.is_body() || error.is_timeout() {
-        return Failure::Unreachable(truncate(&text));
+        return Failure::Unreachable(unreachable_class(error, &text));
     }
     Failure::Protocol(truncate(&text))
+}
+
+/// What kind of "no exchange" it was, in words a client can act on, from the OS error
+/// under the HTTP client's: the transport's own wording adds nothing but noise.
+fn unreachable_class(error: &reqwest::Error, text: &str) -> String {
+    use std::io::ErrorKind as K;
+    let kind = find_nested::<std::io::Error>(error).map(std::io::Error::kind);
+    match kind {
+        Some(K::ConnectionRefused) => "the MCP server refused the connection".into(),
+        Some(K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe) => {
+            "the MCP server closed the connection".into()
+        }
+        Some(K::TimedOut) => "the connection timed out".into(),
+        Some(K::HostUnreachable | K::NetworkUnreachable) => {
+            "no route to the MCP server's address".into()
+        }
+        _ if error.is_timeout() => "the connection timed out".into(),
+        _ => truncate(text),
+    }
 }
 
 fn is_tls_failure(error: &reqwest::Error) -> bool {

@@ -246,6 +246,7 @@ async fn unreachable_server_is_retried_then_reported() {
         message.contains("test-server") && message.contains(&url),
         "{message}"
     );
+    assert!(message.contains("refused the connection"), "{message}");
 }
 
 #[tokio::test]
