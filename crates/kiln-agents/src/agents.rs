@@ -113,6 +113,12 @@ impl Agents {
         check_name(name)?;
         // What a turn would refuse is refused now, not at every scheduled turn.
         kiln_responses::check_tools(config.tools.as_deref().unwrap_or_default())?;
+        if config.max_output_tokens == Some(0) {
+            return Err(AgentError::invalid(
+                "max_output_tokens",
+                "`max_output_tokens` must be at least 1",
+            ));
+        }
         self.chat
             .check_model(&config.model)
             .map_err(kiln_responses::ResponsesError::Generate)?;
@@ -425,6 +431,67 @@ mod tests {
         ) -> BoxFuture<'static, std::result::Result<ChatTurn, GenError>> {
             Box::pin(async { Err(GenError::new("no_model", "no model in this test")) })
         }
+
+        fn check_model(&self, model: &str) -> std::result::Result<(), GenError> {
+            match model {
+                "unserved" => Err(GenError::new("model_not_found", "no model 'unserved'")),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn put_refuses_what_a_turn_would() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let agents = Agents::new(
+            dir.path().to_path_buf(),
+            Arc::new(NoModel),
+            Limits::default(),
+            ScheduleLimits::default(),
+        );
+        let me = Caller::anonymous();
+        let config = |model: &str, tools: Option<Value>, max: Option<u32>| AgentConfig {
+            model: model.into(),
+            tools: tools.map(|t| vec![t]),
+            max_output_tokens: max,
+            ..AgentConfig::default()
+        };
+        let e = agents
+            .put(&me, "a", config("unserved", None, None))
+            .expect_err("unserved model");
+        assert!(
+            matches!(e, AgentError::Responses(kiln_responses::ResponsesError::Generate(ref g))
+                if g.code == "model_not_found"),
+            "{e}"
+        );
+        for (tools, max, field) in [
+            (Some(json!({"type": "web_search"})), None, "tools[0].type"),
+            (Some(json!({"type": "function"})), None, "tools[0].name"),
+            (Some(json!("f")), None, "tools[0].type"),
+            (None, Some(0), "max_output_tokens"),
+        ] {
+            let e = agents
+                .put(&me, "a", config("m", tools, max))
+                .expect_err(field);
+            let param = match e {
+                AgentError::Invalid { ref param, .. } => param.clone(),
+                AgentError::Responses(kiln_responses::ResponsesError::Invalid {
+                    ref param,
+                    ..
+                }) => param.clone(),
+                ref other => panic!("{field}: {other}"),
+            };
+            assert_eq!(param, field, "{e}");
+        }
+        // Nothing refused was stored.
+        assert!(matches!(
+            agents.get(&me, "a"),
+            Err(AgentError::NotFound { .. })
+        ));
+        let tool = json!({"type": "function", "name": "f"});
+        agents
+            .put(&me, "a", config("m", Some(tool), Some(8)))
+            .expect("a served model and a good tool");
     }
 
     #[test]

@@ -8,7 +8,9 @@ use axum::Router;
 use kiln_http::body_deadline;
 
 use crate::gate;
-use crate::middleware::{method_not_allowed, not_found, request_context, shutdown_gate};
+use crate::middleware::{
+    method_not_allowed_after_auth, not_found, not_found_after_auth, request_context, shutdown_gate,
+};
 use crate::routes::{
     admin, agents, batches, chat, completions, embeddings, files, firewall, health, metrics,
     models, responses, tokenize, vector_stores, vectorize, workers_ai,
@@ -18,10 +20,12 @@ use crate::state::AppState;
 /// The whole HTTP API over `state`.
 ///
 /// API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`) need an API key when
-/// keys are configured and answer 503 once shutdown has begun; `/admin/*` needs an admin
-/// key (see [`crate::auth`]); `/ready` and `/metrics` need a metrics key when one is
-/// configured; `/health` is always open. Every request's body must arrive within the
-/// body timeout, and the CORS policy, when there is one, wraps everything.
+/// keys are configured and answer 503 once shutdown has begun; a path no route matches
+/// gets that 401 before its 404 (or 405), so routes can't be probed without a key;
+/// `/admin/*` needs an admin key (see [`crate::auth`]); `/ready` and `/metrics` need a
+/// metrics key when one is configured; `/health` is always open. Every request's body
+/// must arrive within the body timeout, and the CORS policy, when there is one, wraps
+/// everything.
 pub fn app(state: AppState) -> Router {
     // An upload may be as large as the file store takes, and gets its own deadline.
     let upload_limit = state.files().map_or(0, |f| f.limits().max_file_bytes);
@@ -115,8 +119,8 @@ pub fn app(state: AppState) -> Router {
         .merge(admin)
         .merge(scraped)
         .merge(health)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found_after_auth)
+        .method_not_allowed_fallback(method_not_allowed_after_auth)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn(request_context))
         .layer(from_fn(move |req: axum::extract::Request, next| {

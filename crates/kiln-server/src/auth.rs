@@ -3,7 +3,8 @@
 //! metered under that key's id; without keys every request is `anonymous`. `/admin/*`
 //! needs an admin key when one is configured, is open when no key of any kind is, and is
 //! closed (403) when only API keys are. `/metrics` and `/ready` need a metrics (or admin)
-//! key once a metrics key is configured.
+//! key once a metrics key is configured. With API keys, a path no route matches is a 401
+//! before its 404 for a request bearing none of the server's keys.
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -76,6 +77,22 @@ pub async fn require_metrics_key(
         Ok(_) => next.run(req).await,
         Err(refused) => refused.into_response(),
     }
+}
+
+/// The 401 a request that matched no route (or not its method) gets instead of its
+/// 404/405 when API keys are configured and it bears none of the server's keys, so a
+/// caller without a key can't map which routes exist: auth comes before routing.
+pub(crate) fn refuse_unmatched(state: &AppState, req: &Request) -> Option<ApiError> {
+    let config = state.config();
+    if config.api_keys.is_empty() {
+        return None;
+    }
+    let any = |t: &str| {
+        matching(&config.api_keys, t)
+            .or(matching(&config.admin_keys, t))
+            .or(matching(&config.metrics_keys, t))
+    };
+    authorize(req, "API", any).err()
 }
 
 /// The key `accept` finds for the request's bearer token, or the 401 naming `what` key

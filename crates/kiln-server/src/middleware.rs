@@ -1,6 +1,6 @@
 //! Per-request plumbing: an id and a tracing span for every request, the `x-kiln-warm`
 //! header, panics turned into 500s, the shutdown gate, and OpenAI-shaped 404/405
-//! fallbacks.
+//! fallbacks (the public app's after auth: 401 before 404).
 
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
@@ -75,5 +75,25 @@ pub async fn method_not_allowed(req: Request) -> ApiError {
     ApiError::MethodNotAllowed {
         method: req.method().to_string(),
         path: req.uri().path().to_string(),
+    }
+}
+
+/// The public app's 404: a 401 first for a caller without a key (see
+/// [`crate::auth::refuse_unmatched`]).
+pub async fn not_found_after_auth(State(state): State<AppState>, req: Request) -> ApiError {
+    match crate::auth::refuse_unmatched(&state, &req) {
+        Some(refused) => refused,
+        None => not_found(req).await,
+    }
+}
+
+/// The public app's 405, after the same check as [`not_found_after_auth`].
+pub async fn method_not_allowed_after_auth(
+    State(state): State<AppState>,
+    req: Request,
+) -> ApiError {
+    match crate::auth::refuse_unmatched(&state, &req) {
+        Some(refused) => refused,
+        None => method_not_allowed(req).await,
     }
 }

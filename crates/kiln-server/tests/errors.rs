@@ -232,6 +232,20 @@ async fn api_keys_are_required_when_configured() {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    // Auth before routing: without a key no path is a 404 or 405, so none can be probed.
+    for (method, path) in [
+        ("GET", "/v1/nothing"),
+        ("GET", "/v1/agents/a/x"),
+        ("GET", CHAT),
+    ] {
+        let r = send(&s, method, path, None, &[]).await;
+        assert_error(&r, StatusCode::UNAUTHORIZED, None);
+    }
+    let key = [("authorization", "Bearer sk-right")];
+    let r = send(&s, "GET", "/v1/nothing", None, &key).await;
+    assert_error(&r, StatusCode::NOT_FOUND, None);
+    let r = send(&s, "GET", CHAT, None, &key).await;
+    assert_error(&r, StatusCode::METHOD_NOT_ALLOWED, None);
     // Probes and metrics stay open.
     assert_eq!(
         send(&s, "GET", "/health", None, &[]).await.status,

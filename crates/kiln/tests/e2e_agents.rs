@@ -1,7 +1,10 @@
 //! Agents end to end on the default model, over HTTP against the real binary:
 //!
-//! - settings, a conversation that continues itself, state, scoping by key, and the
-//!   errors (unknown agent, bad name, malformed cron, background turns);
+//! - settings, a conversation that continues itself, state, scoping by key, a key's
+//!   agents listed in pages, and the errors (unknown agent, bad name, malformed cron,
+//!   cron with seconds or years, `at` in year 9999, tools of the wrong shape and an
+//!   unserved model at `PUT` as a turn refuses them, background turns, 401 without a
+//!   key before any 404);
 //! - a schedule that fires, its turn streaming to the agent's event stream;
 //! - a crash and restart: settings, state and a pending schedule survive, and the
 //!   schedule fires after the restart;
@@ -156,8 +159,32 @@ fn an_agent_continues_its_conversation_and_keeps_its_state() {
             (
                 Method::POST,
                 schedules,
+                json!({"input": "hi", "cron": "* * * * * *"}),
+                "cron",
+            ),
+            (
+                Method::POST,
+                schedules,
+                json!({"input": "hi", "cron": "0 0 * * * * 2030"}),
+                "cron",
+            ),
+            (
+                Method::POST,
+                schedules,
+                json!({"input": "hi", "at": "9999-12-31T23:59:59Z"}),
+                "at",
+            ),
+            (
+                Method::POST,
+                schedules,
                 json!({"input": "hi"}),
                 "delay_seconds",
+            ),
+            (
+                Method::PUT,
+                "/v1/agents/helper",
+                json!({"model": MODEL, "tools": [{"type": "function"}]}),
+                "tools[0].name",
             ),
             (
                 Method::POST,
@@ -170,6 +197,99 @@ fn an_agent_continues_its_conversation_and_keeps_its_state() {
             let got = (status, e["error"]["param"].as_str());
             assert_eq!(got, (400, Some(param)), "{path}: {e}");
         }
+
+        // A model that isn't served is refused at PUT as a turn refuses it, and the
+        // agent keeps its settings.
+        let unserved = json!({"model": "no-such-model", "input": "hi"});
+        let (turn_status, turn_e) = call(
+            &base,
+            Method::POST,
+            "/v1/responses",
+            Some(KEY),
+            Some(&unserved),
+        )
+        .await;
+        let (status, e) = call(
+            &base,
+            Method::PUT,
+            "/v1/agents/helper",
+            Some(KEY),
+            Some(&json!({"model": "no-such-model"})),
+        )
+        .await;
+        assert_eq!(e["error"]["code"], "model_not_found", "{e}");
+        assert_eq!(
+            (status, &e["error"]["code"], &e["error"]["param"]),
+            (
+                turn_status,
+                &turn_e["error"]["code"],
+                &turn_e["error"]["param"]
+            ),
+            "{e} {turn_e}"
+        );
+        let (_, a) = call(&base, Method::GET, "/v1/agents/helper", Some(KEY), None).await;
+        assert_eq!(a["model"], MODEL, "{a}");
+
+        // A key's agents in pages; another key sees none of them.
+        put_agent(&base, "second").await;
+        let list = |query: &'static str, key: &'static str| {
+            let base = base.clone();
+            async move {
+                let (status, page) = call(
+                    &base,
+                    Method::GET,
+                    &format!("/v1/agents{query}"),
+                    Some(key),
+                    None,
+                )
+                .await;
+                assert_eq!(status, 200, "{query}: {page}");
+                let ids: Vec<String> = page["data"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a["id"].as_str().map(str::to_string))
+                    .collect();
+                (ids, page)
+            }
+        };
+        let (ids, page) = list("?limit=1", KEY).await;
+        assert_eq!(ids, ["helper"], "{page}");
+        assert_eq!(page["object"], "list");
+        assert_eq!(
+            (&page["first_id"], &page["last_id"], &page["has_more"]),
+            (&json!("helper"), &json!("helper"), &json!(true)),
+            "{page}"
+        );
+        let (ids, page) = list("?limit=1&after=helper", KEY).await;
+        assert_eq!(
+            (ids, &page["has_more"]),
+            (vec!["second".into()], &json!(false))
+        );
+        assert_eq!(list("?order=desc", KEY).await.0, ["second", "helper"]);
+        assert!(list("", OTHER).await.0.is_empty());
+        let (status, e) = call(&base, Method::GET, "/v1/agents?limit=0", Some(KEY), None).await;
+        assert_eq!((status, e["error"]["param"].as_str()), (400, Some("limit")));
+
+        // Without a key every agents path is a 401, before any 404 or 405.
+        for (method, path) in [
+            (Method::GET, "/v1/agents"),
+            (Method::GET, "/v1/agents/helper"),
+            (Method::GET, "/v1/agents/helper/nope"),
+            (Method::POST, "/v1/agents"),
+        ] {
+            let (status, e) = call(&base, method.clone(), path, None, None).await;
+            assert_eq!(status, 401, "{method} {path}: {e}");
+        }
+        let (status, _) = call(
+            &base,
+            Method::GET,
+            "/v1/agents/helper/nope",
+            Some(KEY),
+            None,
+        )
+        .await;
+        assert_eq!(status, 404);
 
         let (status, d) = call(&base, Method::DELETE, "/v1/agents/helper", Some(KEY), None).await;
         assert_eq!((status, &d["deleted"]), (200, &json!(true)), "{d}");
