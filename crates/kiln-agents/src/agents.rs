@@ -440,15 +440,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn put_refuses_what_a_turn_would() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let agents = Agents::new(
+    /// Agents under `dir` with no model to run turns on.
+    fn agents_in(dir: &tempfile::TempDir, schedules: ScheduleLimits) -> Arc<Agents> {
+        Agents::new(
             dir.path().to_path_buf(),
             Arc::new(NoModel),
             Limits::default(),
-            ScheduleLimits::default(),
-        );
+            schedules,
+        )
+    }
+
+    #[test]
+    fn put_refuses_what_a_turn_would() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let agents = agents_in(&dir, ScheduleLimits::default());
         let me = Caller::anonymous();
         let config = |model: &str, tools: Option<Value>, max: Option<u32>| AgentConfig {
             model: model.into(),
@@ -497,12 +502,7 @@ mod tests {
     #[test]
     fn a_key_may_have_only_so_many_agents_and_names_are_checked() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut agents = Agents::new(
-            dir.path().to_path_buf(),
-            Arc::new(NoModel),
-            Limits::default(),
-            ScheduleLimits::default(),
-        );
+        let mut agents = agents_in(&dir, ScheduleLimits::default());
         Arc::get_mut(&mut agents).expect("unshared").max_agents = 2;
         let me = Caller::anonymous();
         let config = || AgentConfig {
@@ -539,12 +539,7 @@ mod tests {
             max_per_agent: 2,
             ..ScheduleLimits::default()
         };
-        let agents = Agents::new(
-            dir.path().to_path_buf(),
-            Arc::new(NoModel),
-            Limits::default(),
-            limits,
-        );
+        let agents = agents_in(&dir, limits);
         let me = Caller::anonymous();
         let config = AgentConfig {
             model: "m".into(),
@@ -573,12 +568,7 @@ mod tests {
     #[test]
     fn a_keys_agents_list_in_pages() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let agents = Agents::new(
-            dir.path().to_path_buf(),
-            Arc::new(NoModel),
-            Limits::default(),
-            ScheduleLimits::default(),
-        );
+        let agents = agents_in(&dir, ScheduleLimits::default());
         let me = Caller::anonymous();
         let config = || AgentConfig {
             model: "m".into(),

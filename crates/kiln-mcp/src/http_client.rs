@@ -101,8 +101,7 @@ impl Resolve for PolicyResolver {
 fn same_origin_redirects(policy: OutboundPolicy) -> redirect::Policy {
     redirect::Policy::custom(move |attempt| {
         let host = attempt.url().host_str().unwrap_or_default();
-        let literal = host.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = literal.parse::<std::net::IpAddr>() {
+        if let Some(ip) = kiln_outbound::ip_literal(host) {
             if let Err(denied) = policy.check_ip(host, ip) {
                 return attempt.error(denied);
             }

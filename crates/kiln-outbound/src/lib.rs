@@ -19,4 +19,4 @@ mod policy;
 
 pub use address::{classify, AddressClass};
 pub use error::OutboundError;
-pub use policy::{Exception, NameLookup, OutboundPolicy, SystemLookup};
+pub use policy::{ip_literal, Exception, NameLookup, OutboundPolicy, SystemLookup};

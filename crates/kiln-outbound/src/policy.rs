@@ -182,7 +182,7 @@ impl OutboundPolicy {
     /// misconfiguration, and either way not safe to connect to.
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, OutboundError> {
         let name = normalize(host);
-        if let Ok(ip) = name.parse::<IpAddr>() {
+        if let Some(ip) = ip_literal(&name) {
             self.check_ip(&name, ip)?;
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
@@ -200,6 +200,12 @@ impl OutboundPolicy {
         }
         Ok(addrs)
     }
+}
+
+/// The address `host` spells, if it is an address literal (an IPv6 one with or without
+/// its brackets), rather than a name to resolve.
+pub fn ip_literal(host: &str) -> Option<IpAddr> {
+    normalize(host).parse().ok()
 }
 
 /// Lower case, without an IPv6 literal's brackets or a trailing root dot.

@@ -182,12 +182,15 @@ pub fn query_number(
     }
 }
 
-/// Query parameter `order`: `desc` (the default) or `asc`, as OpenAI's lists take it.
+/// Query parameter `order`: `desc` or `asc`, as OpenAI's lists take it; `default` when
+/// absent (`Desc` for OpenAI's own lists).
 pub fn query_order(
     q: &std::collections::HashMap<String, String>,
+    default: kiln_files::Order,
 ) -> Result<kiln_files::Order, ApiError> {
     match q.get("order").map(String::as_str) {
-        None | Some("desc") => Ok(kiln_files::Order::Desc),
+        None => Ok(default),
+        Some("desc") => Ok(kiln_files::Order::Desc),
         Some("asc") => Ok(kiln_files::Order::Asc),
         Some(_) => Err(ApiError::invalid("order", "`order` must be asc or desc")),
     }

@@ -13,13 +13,14 @@ use futures_util::stream;
 use kiln_api::agents::{Agent, AgentConfig, List, ScheduleRequest};
 use kiln_api::files::List as Page;
 use kiln_api::responses::CreateResponse;
+use kiln_files::Order;
 use kiln_responses::Created;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::responses::sse;
 use crate::error::ApiError;
-use crate::extract::{query_number, ApiJson};
+use crate::extract::{query_number, query_order, ApiJson};
 use crate::lease::CallContext;
 use crate::state::AppState;
 use crate::stream::{event_stream, named_event, with_keepalive};
@@ -32,11 +33,7 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let limit = query_number(&q, "limit", 1..=100)?.unwrap_or(20);
-    let descending = match q.get("order").map(String::as_str) {
-        None | Some("asc") => false,
-        Some("desc") => true,
-        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
-    };
+    let descending = query_order(&q, Order::Asc)? == Order::Desc;
     let after = q.get("after").map(String::as_str);
     let (data, has_more) = state
         .agents()?

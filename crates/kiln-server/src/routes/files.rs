@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::files::{FileDeleted, FileObject, List};
-use kiln_files::{ListQuery, StoredFile, Upload};
+use kiln_files::{ListQuery, Order, StoredFile, Upload};
 use tokio_util::io::ReaderStream;
 
 use crate::error::ApiError;
@@ -97,7 +97,7 @@ pub async fn list(
     Query(mut q): Query<HashMap<String, String>>,
 ) -> Result<Json<List<FileObject>>, ApiError> {
     let limit = query_number(&q, "limit", 1..=10_000)?.unwrap_or(10_000);
-    let order = query_order(&q)?;
+    let order = query_order(&q, Order::Desc)?;
     let query = ListQuery {
         purpose: q.remove("purpose"),
         after: q.remove("after"),

@@ -246,7 +246,7 @@ fn list_query(q: &mut HashMap<String, String>) -> Result<ListQuery, ApiError> {
     let limit = query_number(q, "limit", 1..=100)?.unwrap_or(20);
     Ok(ListQuery {
         limit,
-        order: query_order(q)?,
+        order: query_order(q, kiln_files::Order::Desc)?,
         after: q.remove("after"),
         before: q.remove("before"),
     })
