@@ -218,7 +218,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::grammar::{tool_calls_lark, CLOSE_TAG, OPEN_TAG};
+    use crate::tools::grammar::tool_calls_lark;
+    use crate::tools::{CLOSE_TAG, OPEN_TAG};
     use crate::{ToolDef, ToolFormat, ToolMode};
 
     fn env() -> ConstraintEnv {

@@ -12,14 +12,10 @@
 
 use serde_json::Value;
 
-use super::{ToolCallSpec, ToolDef, ToolFormat, ToolMode};
+use super::{ToolCallSpec, ToolDef, ToolFormat, ToolMode, CLOSE_TAG, OPEN_TAG};
 use crate::error::{Error, Result};
 use crate::grammar::{lark_literal, with_options, SchemaMode};
 
-/// The Hermes tag that opens a call.
-pub(crate) const OPEN_TAG: &str = "<tool_call>";
-/// The Hermes tag that closes a call.
-pub(crate) const CLOSE_TAG: &str = "</tool_call>";
 /// Between parallel Llama 3 JSON calls.
 pub(crate) const LLAMA3_SEPARATOR: &str = "; ";
 

@@ -5,10 +5,16 @@ pub(crate) mod grammar;
 mod history;
 mod parse;
 mod prompt;
+mod scan;
 
 pub use history::{generic_tool_messages, openai_tool_json};
 pub use parse::{parse_complete, ParsedCall, ParsedOutput, ToolCallParser, ToolEvent};
 pub use prompt::tool_system_prompt;
+
+/// The Hermes tag that opens a call.
+pub(crate) const OPEN_TAG: &str = "<tool_call>";
+/// The Hermes tag that closes a call.
+pub(crate) const CLOSE_TAG: &str = "</tool_call>";
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +61,7 @@ impl ToolFormat {
         let Some(t) = chat_template else {
             return ToolFormat::Hermes;
         };
-        if t.contains(grammar::OPEN_TAG) {
+        if t.contains(OPEN_TAG) {
             return ToolFormat::Hermes;
         }
         let llama_markers = t.contains("<|eom_id|>")
