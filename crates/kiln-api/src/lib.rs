@@ -27,4 +27,4 @@ pub mod vectorize;
 pub mod workers_ai;
 
 pub use common::{PromptTokensDetails, StopSequences, StreamOptions, Usage};
-pub use error::{ErrorBody, ErrorResponse};
+pub use error::{without_paths, ClassifiedError, ErrorBody, ErrorKind, ErrorResponse};

@@ -1,5 +1,7 @@
 //! What the batch service can refuse or fail with; the server maps each to a status.
 
+use kiln_api::ClassifiedError;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BatchError {
@@ -34,3 +36,53 @@ impl BatchError {
 }
 
 pub type Result<T, E = BatchError> = std::result::Result<T, E>;
+
+/// How a client is told: a bad field or state is a 400, a missing batch a 404; files'
+/// errors as `kiln-files` classifies them; the store's own failures are 503s and the
+/// rest 500s, without the server's paths.
+impl ClassifiedError for BatchError {
+    fn error_kind(&self) -> kiln_api::ErrorKind {
+        use kiln_api::ErrorKind as K;
+        match self {
+            BatchError::Invalid { .. }
+            | BatchError::NotCancellable { .. }
+            | BatchError::TooManyActive { .. } => K::Invalid,
+            BatchError::NotFound { .. } => K::NotFound,
+            BatchError::Files(f) => f.error_kind(),
+            BatchError::Db(_) => K::Unavailable,
+            _ => K::Internal,
+        }
+    }
+
+    fn code(&self) -> &str {
+        match self {
+            BatchError::Invalid { .. } | BatchError::NotCancellable { .. } => "invalid_value",
+            BatchError::TooManyActive { .. } => "storage_limit_reached",
+            BatchError::NotFound { .. } => "not_found",
+            BatchError::Files(f) => f.code(),
+            BatchError::Db(_) => "store_unavailable",
+            _ => "internal_error",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            BatchError::Invalid { param, .. } => Some(param.clone()),
+            BatchError::Files(f) => f.param(),
+            _ => None,
+        }
+    }
+
+    fn safe_message(&self) -> String {
+        use kiln_api::without_paths;
+        match self {
+            BatchError::Invalid { message, .. } => message.clone(),
+            BatchError::NotFound { .. }
+            | BatchError::NotCancellable { .. }
+            | BatchError::TooManyActive { .. } => self.to_string(),
+            BatchError::Files(f) => f.safe_message(),
+            BatchError::Db(_) => without_paths(&self.to_string()),
+            _ => format!("internal error: {}", without_paths(&self.to_string())),
+        }
+    }
+}

@@ -5,6 +5,8 @@
 //! never name a server path; [`FileError::Io`] and [`FileError::Db`] are server faults
 //! and name the file involved, for the log.
 
+use kiln_api::ClassifiedError;
+
 use std::path::PathBuf;
 
 use kiln_db::{DbError, LockError};
@@ -61,5 +63,46 @@ fn owner_full(what: &str, limit: u64) -> String {
             "storage limit reached: stored files may total at most {limit} bytes; \
              delete some files first"
         ),
+    }
+}
+
+/// How a client is told: a body over the cap is a 413, a full owner a 400, a bad id a
+/// 404; the store's own failures are 503s without the server's paths.
+impl ClassifiedError for FileError {
+    fn error_kind(&self) -> kiln_api::ErrorKind {
+        use kiln_api::ErrorKind as K;
+        match self {
+            FileError::TooLarge { .. } => K::TooLarge,
+            FileError::OwnerFull { .. } | FileError::InvalidName(_) => K::Invalid,
+            FileError::InvalidId(_) | FileError::IdTaken(_) => K::NotFound,
+            _ => K::Unavailable,
+        }
+    }
+
+    fn code(&self) -> &str {
+        match self {
+            FileError::TooLarge { .. } => "request_too_large",
+            FileError::OwnerFull { .. } => "storage_limit_reached",
+            FileError::InvalidName(_) => "invalid_value",
+            FileError::InvalidId(_) | FileError::IdTaken(_) => "not_found",
+            _ => "store_unavailable",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        matches!(self, FileError::InvalidName(_)).then(|| "file".into())
+    }
+
+    fn safe_message(&self) -> String {
+        match self {
+            FileError::TooLarge { limit } => {
+                format!("the request body is over the limit of {limit} bytes")
+            }
+            FileError::OwnerFull { .. }
+            | FileError::InvalidName(_)
+            | FileError::InvalidId(_)
+            | FileError::IdTaken(_) => self.to_string(),
+            _ => kiln_api::without_paths(&self.to_string()),
+        }
     }
 }

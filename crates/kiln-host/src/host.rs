@@ -26,7 +26,7 @@ pub enum SetupError {
 }
 
 /// A text model with the adapter a request asked for, both held by its lease.
-pub type Generator = (Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>);
+pub type AdaptedModel = (Lease, Arc<ServingModel>, Option<Arc<LoraAdapter>>);
 
 pub struct Host {
     residency: Residency,
@@ -171,7 +171,7 @@ impl Host {
         &self,
         lease: Lease,
         lora: Option<&str>,
-    ) -> Result<Generator, HostError> {
+    ) -> Result<AdaptedModel, HostError> {
         let model = lease.generator()?;
         let adapter = match lora {
             Some(name) => Some(self.adapters.get(lease.hosted(), &model, name).await?),

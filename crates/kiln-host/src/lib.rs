@@ -29,7 +29,7 @@ pub use admission::{Admission, Permit};
 pub use encoder::{Encoder, EncoderWeights, CONCURRENT_PASSES};
 pub use error::HostError;
 pub use generation::{collect, ChoiceEvent, Collected, Generation};
-pub use host::{Generator, Host, SetupError};
+pub use host::{AdaptedModel, Host, SetupError};
 pub use hosted::{HostedModel, ModelStatus};
 pub use kind::ModelKind;
 pub use lease::{Lease, TokenUsage, UsageSink};

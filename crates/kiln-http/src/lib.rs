@@ -12,6 +12,8 @@ mod settings;
 
 pub use cors::{BadOrigin, CorsPolicy};
 pub use deadline::{body_deadline, is_body_timeout, BodyTimeout};
-pub use error::{error_response, OpenAiError, RETRY_AFTER_SECS};
+pub use error::{
+    error_response, status_of, ClassifiedError, ErrorKind, OpenAiError, RETRY_AFTER_SECS,
+};
 pub use listen::{serve, ConnectionLimits, LimitError};
 pub use settings::HttpSettings;

@@ -9,6 +9,7 @@
 
 use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
+use kiln_api::{ClassifiedError, ErrorKind};
 use kiln_rag::{Hit, Search};
 use kiln_usage::Caller;
 use tokio::sync::{mpsc, oneshot};
@@ -100,22 +101,56 @@ impl TurnUsage {
     }
 }
 
-/// A failure of the chat runner: OpenAI's `code` and message for a stored response, and
-/// the runner's own error for its caller to map.
-#[derive(Debug, thiserror::Error)]
+/// A failure of the chat runner: OpenAI's `code` and message for a stored response,
+/// and the runner's classification of it, so a caller answers as the runner would.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct GenError {
     pub code: String,
     pub message: String,
-    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    pub kind: ErrorKind,
+    pub param: Option<String>,
+    pub retry_later: bool,
 }
 
 impl GenError {
+    /// A server-side failure with `code`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
             message: message.into(),
-            source: None,
+            kind: ErrorKind::Internal,
+            param: None,
+            retry_later: false,
         }
+    }
+
+    /// `e` as the runner's error, classified as `e` is.
+    pub fn classified(e: &impl ClassifiedError) -> Self {
+        Self {
+            code: e.code().to_string(),
+            message: e.safe_message(),
+            kind: e.error_kind(),
+            param: e.param(),
+            retry_later: e.retry_later(),
+        }
+    }
+}
+
+impl ClassifiedError for GenError {
+    fn error_kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    fn code(&self) -> &str {
+        &self.code
+    }
+
+    fn param(&self) -> Option<String> {
+        self.param.clone()
+    }
+
+    fn retry_later(&self) -> bool {
+        self.retry_later
     }
 }

@@ -1,5 +1,7 @@
 //! What the Responses API can refuse or fail with; the server maps each to a status.
 
+use kiln_api::ClassifiedError;
+
 use crate::chat::GenError;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,3 +47,64 @@ impl ResponsesError {
 }
 
 pub type Result<T, E = ResponsesError> = std::result::Result<T, E>;
+
+/// How a client is told: a bad field, chain or state is a 400, a missing response a 404;
+/// a failed model round as the generator classified it; the store's own failures are
+/// 503s and the rest 500s, without the server's paths.
+impl ClassifiedError for ResponsesError {
+    fn error_kind(&self) -> kiln_api::ErrorKind {
+        use kiln_api::ErrorKind as K;
+        match self {
+            ResponsesError::Invalid { .. }
+            | ResponsesError::Chain { .. }
+            | ResponsesError::StorageLimit { .. }
+            | ResponsesError::NotCancellable { .. } => K::Invalid,
+            ResponsesError::NotFound { .. } => K::NotFound,
+            ResponsesError::Generate(g) => g.error_kind(),
+            ResponsesError::Db(_) => K::Unavailable,
+            _ => K::Internal,
+        }
+    }
+
+    fn code(&self) -> &str {
+        match self {
+            ResponsesError::Invalid { .. }
+            | ResponsesError::Chain { .. }
+            | ResponsesError::NotCancellable { .. } => "invalid_value",
+            ResponsesError::StorageLimit { .. } => "storage_limit_reached",
+            ResponsesError::NotFound { .. } => "not_found",
+            ResponsesError::Generate(g) => g.code(),
+            ResponsesError::Db(_) => "store_unavailable",
+            _ => "internal_error",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            ResponsesError::Invalid { param, .. } => Some(param.clone()),
+            ResponsesError::NotFound { param, .. } => param.clone(),
+            ResponsesError::Chain { .. } => Some("previous_response_id".into()),
+            ResponsesError::Generate(g) => g.param(),
+            _ => None,
+        }
+    }
+
+    fn safe_message(&self) -> String {
+        use kiln_api::without_paths;
+        match self {
+            ResponsesError::Invalid { message, .. } | ResponsesError::Chain { message } => {
+                message.clone()
+            }
+            ResponsesError::NotFound { .. }
+            | ResponsesError::StorageLimit { .. }
+            | ResponsesError::NotCancellable { .. } => self.to_string(),
+            ResponsesError::Generate(g) => g.safe_message(),
+            ResponsesError::Db(_) => without_paths(&self.to_string()),
+            _ => format!("internal error: {}", without_paths(&self.to_string())),
+        }
+    }
+
+    fn retry_later(&self) -> bool {
+        matches!(self, ResponsesError::Generate(g) if g.retry_later)
+    }
+}

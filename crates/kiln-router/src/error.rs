@@ -6,9 +6,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kiln_http::OpenAiError;
+use kiln_http::{ClassifiedError, ErrorKind};
 
 /// What keeps the router from starting.
 #[derive(Debug, thiserror::Error)]
@@ -84,24 +83,21 @@ pub enum ApiError {
     },
 }
 
-impl OpenAiError for ApiError {
-    fn status(&self) -> StatusCode {
+impl ClassifiedError for ApiError {
+    fn error_kind(&self) -> ErrorKind {
         match self {
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
-            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::AllBusy { .. } | ApiError::RateLimited { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => ErrorKind::NotFound,
+            ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            ApiError::Unauthorized(_) => ErrorKind::Unauthorized,
+            ApiError::PayloadTooLarge { .. } => ErrorKind::TooLarge,
+            ApiError::BadBody(_) => ErrorKind::Invalid,
+            ApiError::BodyTimeout { .. } => ErrorKind::Timeout,
+            ApiError::AllBusy { .. } => ErrorKind::Busy,
+            ApiError::RateLimited { .. } => ErrorKind::Limited,
             ApiError::NoNode { .. } | ApiError::OwnerDown { .. } | ApiError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
+                ErrorKind::Unavailable
             }
-            ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Upstream(_) => ErrorKind::Upstream,
         }
     }
 
@@ -130,10 +126,11 @@ impl OpenAiError for ApiError {
         }
     }
 
+    /// A node may free up or come back: every 429 and 503 the router makes says so.
     fn retry_later(&self) -> bool {
         matches!(
-            self.status(),
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            self.error_kind(),
+            ErrorKind::Busy | ErrorKind::Limited | ErrorKind::Unavailable
         )
     }
 
@@ -141,8 +138,8 @@ impl OpenAiError for ApiError {
         match self {
             ApiError::RateLimited {
                 retry_after_secs, ..
-            } => Some((*retry_after_secs).max(1)),
-            e => e.retry_later().then_some(kiln_http::RETRY_AFTER_SECS),
+            } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 }
@@ -156,6 +153,8 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
+    use kiln_http::OpenAiError;
 
     #[test]
     fn busy_is_a_rate_limit_error_with_retry_after() {

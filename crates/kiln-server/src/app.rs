@@ -9,7 +9,7 @@ use kiln_http::body_deadline;
 
 use crate::gate;
 use crate::middleware::{
-    method_not_allowed_after_auth, not_found, not_found_after_auth, request_context, shutdown_gate,
+    method_not_allowed_after_auth, not_found_after_auth, request_context, shutdown_gate,
 };
 use crate::routes::{
     admin, agents, batches, chat, completions, embeddings, files, firewall, health, metrics,
@@ -171,21 +171,4 @@ fn vector_store_routes() -> Router<AppState> {
         .route("/{id}/file_batches/{batch}", get(v::get_batch))
         .route("/{id}/file_batches/{batch}/cancel", post(v::cancel_batch))
         .route("/{id}/file_batches/{batch}/files", get(v::list_batch_files))
-}
-
-/// The endpoints a batch line may run on, for `batch_runner`'s internal requests: no
-/// auth (the batch's caller is in the request), no body limit (lines come from a
-/// stored file), never bound to a socket.
-pub fn batch_routes(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/ai/run/{*model}", post(workers_ai::run))
-        // Batch lines are prompts too: a blocked line is stored with its 403.
-        .route_layer(from_fn_with_state(state.clone(), gate::firewall::screen))
-        .fallback(not_found)
-        .layer(DefaultBodyLimit::disable())
-        .layer(from_fn(request_context))
-        .with_state(state)
 }

@@ -5,13 +5,12 @@
 
 use kiln_api::chat::{ChatCompletionRequest, ContentPart, MessageContent, Role};
 use kiln_rag::sources::{cited_files, with_sources};
-use kiln_rag::FileSearchTool;
+use kiln_rag::{FileSearchTool, VectorStores};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::parse;
-use crate::lease::CallContext;
-use crate::state::AppState;
+use crate::lease::Caller;
 
 /// A chat request with its `file_search` tool taken out of `tools`.
 pub struct Parsed {
@@ -89,8 +88,8 @@ pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
 /// message: the `file_citation` annotations for the answer (none when nothing matched
 /// or there is no user message).
 pub async fn apply(
-    state: &AppState,
-    ctx: &CallContext,
+    stores: Option<&VectorStores>,
+    caller: &Caller,
     tool: &FileSearchTool,
     req: &mut ChatCompletionRequest,
 ) -> Result<Vec<Value>, ApiError> {
@@ -106,9 +105,13 @@ pub async fn apply(
     if question.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let stores = state.vector_stores()?;
+    let stores = stores.ok_or_else(|| {
+        ApiError::StoreUnavailable(
+            "vector stores need a data directory; start the server with --data-dir".into(),
+        )
+    })?;
     let hits = stores
-        .search(&ctx.caller, &tool.store_ids, &tool.search_for(&question))
+        .search(caller, &tool.store_ids, &tool.search_for(&question))
         .await?;
     req.messages[at].content = Some(MessageContent::Text(with_sources(&question, &hits)));
     Ok(cited_files(&hits)
@@ -137,7 +140,7 @@ fn text_of(content: Option<&MessageContent>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_http::OpenAiError;
+    use kiln_http::ClassifiedError;
 
     fn body(v: Value) -> Vec<u8> {
         serde_json::to_vec(&v).expect("json")

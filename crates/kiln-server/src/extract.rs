@@ -200,7 +200,7 @@ pub fn query_order(
 mod tests {
     use super::*;
     use kiln_api::chat::ChatCompletionRequest;
-    use kiln_http::OpenAiError;
+    use kiln_http::ClassifiedError;
 
     fn err(body: &str) -> ApiError {
         match parse::<ChatCompletionRequest>(body.as_bytes()) {

@@ -2,11 +2,11 @@
 //! meanings (`vllm:num_requests_running` → `kiln:num_requests_running`, ...).
 //!
 //! A small hand-written registry rather than the `prometheus` crate: half of the values
-//! are the engine's own atomics ([`kiln_engine::StatsSnapshot`]), read when scraped,
+//! are the engine's own atomics ([`kiln_generate::StatsSnapshot`]), read when scraped,
 //! which that crate would need custom collectors for; the rest are a few counters and
 //! fixed-bucket histograms that are a handful of atomics each. No locks on the hot path.
 
-use kiln_engine::StatsSnapshot;
+use kiln_generate::StatsSnapshot;
 use kiln_host::metrics::{Histogram, ModelMetrics};
 
 use crate::gate::firewall::FirewallMetrics;

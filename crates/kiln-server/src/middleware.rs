@@ -13,19 +13,26 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::error::ApiError;
-use crate::lease::{Warmth, WARM_HEADER};
+use crate::lease::WARM_HEADER;
 use crate::state::AppState;
+use kiln_generate::Warmth;
 
 /// The server's id of one request (32 hex digits); also the suffix of completion ids
 /// and the `x-request-id` response header.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
+impl RequestId {
+    pub fn random() -> Self {
+        Self(format!("{:032x}", rand::random::<u128>()))
+    }
+}
+
 /// Gives each request an id and a span, logs its status, turns a panic in a handler into
 /// a 500 for that request alone, and, once a handler has taken its model, says in
 /// `x-kiln-warm` whether the model was loaded when the request arrived.
 pub async fn request_context(mut req: Request, next: Next) -> Response {
-    let id = format!("{:032x}", rand::random::<u128>());
+    let RequestId(id) = RequestId::random();
     req.extensions_mut().insert(RequestId(id.clone()));
     let warmth = Warmth::default();
     req.extensions_mut().insert(warmth.clone());

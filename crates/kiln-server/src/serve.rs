@@ -18,18 +18,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_host::{HostError, HostedModel, ModelSource};
+use kiln_agents::Agents;
+use kiln_files::FileStore;
+use kiln_generate::{Generator, Rounds, StoreEmbedder};
+use kiln_host::{Host, HostError, HostedModel, ModelSource};
 use kiln_http::ConnectionLimits;
-use kiln_responses::{Limits, ResponseStore};
+use kiln_rag::VectorStores;
+use kiln_responses::{Limits, ResponseStore, Responses};
 use kiln_usage::{Meter, UsageStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::app;
-use crate::batch_runner::enable_batches;
+use crate::batch_runner::{start_batches, ServerBatch};
 use crate::error::{Error, Result};
-use crate::responses_chat::{enable_agents, enable_responses};
-use crate::state::{AppState, ServerConfig};
+use crate::gate::Gates;
+use crate::state::{AppState, ServerConfig, Services};
 
 /// Where to listen, how long to wait for in-flight requests at shutdown, and where
 /// usage goes.
@@ -64,6 +68,8 @@ pub const RESPONSES_FILE: &str = "responses.sqlite3";
 pub const AGENTS_DIR: &str = "agents";
 /// The vector indexes' directory in the data directory.
 pub const VECTORS_DIR: &str = "vectors";
+/// The vector stores' directory in the data directory.
+pub const VECTOR_STORES_DIR: &str = "vector_stores";
 
 /// Serves `models` until `shutdown` completes, then shuts down gracefully.
 pub async fn run(
@@ -80,35 +86,27 @@ pub async fn run(
     serve(listener, opts, models, shutdown).await
 }
 
-/// The Responses API (stored under the data directory, or in memory without one), the
-/// agents, files and batches (only with a data directory); background responses and
-/// batches a restart cut short are started again. The directory is locked for this process: two servers on one
-/// directory would run each other's schedules and resume each other's responses.
-fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs::File>> {
+/// The stateful services over `generator`: the Responses API (stored under the data
+/// directory, or in memory without one), and with a data directory the agents, files
+/// and batches, vector indexes and stores; background responses and batches a restart
+/// cut short are started again. The directory is locked for this process: two servers
+/// on one directory would run each other's schedules and resume each other's responses.
+fn set_up_services(
+    generator: &Arc<Generator>,
+    gates: &Arc<Gates>,
+    opts: &ServeOptions,
+) -> Result<(Services, Option<std::fs::File>)> {
     let Some(dir) = &opts.data_dir else {
-        enable_responses(
-            state,
-            ResponseStore::open_in_memory()?,
-            opts.responses.clone(),
-        );
-        return Ok(None);
+        let rounds = Arc::new(Rounds::new(generator.clone(), None));
+        let store = Arc::new(ResponseStore::open_in_memory()?);
+        let services = Services {
+            responses: Some(Responses::new(store, rounds, opts.responses.clone())),
+            ..Services::default()
+        };
+        return Ok((services, None));
     };
     let lock = kiln_db::lock_dir(dir)?;
-    let path = dir.join(RESPONSES_FILE);
-    let resumed =
-        enable_responses(state, ResponseStore::open(&path)?, opts.responses.clone()).resume()?;
-    tracing::info!(path = %path.display(), resumed, "storing responses");
-    let agents = dir.join(AGENTS_DIR);
-    let armed = enable_agents(
-        state,
-        agents.clone(),
-        opts.responses.clone(),
-        opts.agent_schedules,
-    )
-    .unwrap_or(0);
-    tracing::info!(path = %agents.display(), armed, "agents");
-    let (resumed, files) = enable_batches(state, dir, opts.files, opts.batches.clone())?;
-    tracing::info!(resumed, "files and batches");
+    let files = Arc::new(FileStore::open(dir, opts.files)?);
     let vectors = dir.join(VECTORS_DIR);
     let db = kiln_vectors::VectorDb::open_with_remote(
         &vectors,
@@ -116,10 +114,48 @@ fn set_up_state(state: &AppState, opts: &ServeOptions) -> Result<Option<std::fs:
         Default::default(),
         opts.vector_remote.clone(),
     )?;
-    state.set_vectors(db.clone());
-    crate::rag_embedder::enable_vector_stores(state, dir, db, files)?;
+    let stores = VectorStores::open(
+        &dir.join(VECTOR_STORES_DIR),
+        db.clone(),
+        files.clone(),
+        Arc::new(StoreEmbedder(generator.clone())),
+        Default::default(),
+    )?;
+    stores.start();
     tracing::info!(path = %vectors.display(), "vector indexes and stores");
-    Ok(Some(lock))
+    let rounds = Arc::new(Rounds::new(generator.clone(), Some(stores.clone())));
+    let path = dir.join(RESPONSES_FILE);
+    let responses = Responses::new(
+        Arc::new(ResponseStore::open(&path)?),
+        rounds.clone(),
+        opts.responses.clone(),
+    );
+    let resumed = responses.resume()?;
+    tracing::info!(path = %path.display(), resumed, "storing responses");
+    let agents_dir = dir.join(AGENTS_DIR);
+    let agents = Agents::new(
+        agents_dir.clone(),
+        rounds,
+        opts.responses.clone(),
+        opts.agent_schedules,
+    );
+    let armed = agents.start();
+    tracing::info!(path = %agents_dir.display(), armed, "agents");
+    let runner = ServerBatch {
+        generator: generator.clone(),
+        stores: Some(stores.clone()),
+        gates: gates.clone(),
+    };
+    let (batches, resumed) = start_batches(dir, files, runner, opts.batches.clone())?;
+    tracing::info!(resumed, "files and batches");
+    let services = Services {
+        responses: Some(responses),
+        agents: Some(agents),
+        batches: Some(batches),
+        vectors: Some(db),
+        vector_stores: Some(stores),
+    };
+    Ok((services, Some(lock)))
 }
 
 /// Like [`run`] on a listener the caller bound.
@@ -145,9 +181,14 @@ pub async fn serve(
         }
         None => None,
     };
-    let state = AppState::with_meter(opts.server.clone(), hosted_models, meter)?;
-    crate::gate::enable_firewall(&state)?;
-    let _data_dir_lock = set_up_state(&state, &opts)?;
+    let config = opts.server.clone();
+    let host = Host::new(hosted_models, config.models_memory, config.lora.clone())?;
+    let mut gates = Gates::new(&config.guard);
+    let generator = Arc::new(Generator::new(host, meter, gates.limiter.clone()));
+    crate::gate::enable_firewall(&mut gates, &generator)?;
+    let gates = Arc::new(gates);
+    let (services, _data_dir_lock) = set_up_services(&generator, &gates, &opts)?;
+    let state = AppState::from_parts(config, generator, gates, services);
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!("listening on http://{addr}");
 

@@ -1,27 +1,25 @@
-//! What every handler shares: the served models (by name and alias) under their memory
-//! budget, API and admin keys, limits, the usage meter and the shutdown flag.
+//! What every handler shares: the generator (the served models under their memory
+//! budget, metering, the shutdown deadline), the gates, the stateful services built
+//! over the generator, API and admin keys and limits. Built whole before serving: no
+//! service reaches back into it.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_agents::Agents;
 use kiln_batch::Batches;
-use kiln_engine::ServingModel;
 use kiln_files::FileStore;
-use kiln_host::{
-    AdapterCache, Generator, Host, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind,
-};
+use kiln_generate::{CutoffSignal, Generator, ServingModel};
+use kiln_host::{AdapterCache, Host, HostedModel, LoadedModel, LoraConfig};
 use kiln_http::{ConnectionLimits, CorsPolicy};
 use kiln_rag::VectorStores;
 use kiln_responses::Responses;
 use kiln_usage::Meter;
 use kiln_vectors::VectorDb;
 
-use crate::cutoff::{Cutoff, CutoffSignal};
-use crate::error::{ApiError, Result};
+use crate::error::ApiError;
 use crate::gate::{Gates, GuardSettings};
-use crate::lease::{usage_sink, CallContext};
 
 /// One accepted bearer token and the label its usage is reported under.
 #[derive(Clone, PartialEq, Eq)]
@@ -113,155 +111,71 @@ impl Default for ServerConfig {
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
-pub(crate) struct Inner {
-    host: Host,
-    pub(crate) gates: Gates,
+struct Inner {
+    generator: Arc<Generator>,
+    gates: Arc<Gates>,
     config: ServerConfig,
-    meter: Option<Arc<Meter>>,
-    cutoff: Cutoff,
-    /// The Responses API (`responses_chat::enable_responses`).
-    responses: OnceLock<Arc<Responses>>,
-    /// Agents, once `responses_chat::enable_agents` gave them a directory.
-    agents: OnceLock<Arc<Agents>>,
-    /// Files and batches, once `batch_runner::enable_batches` gave them a directory.
-    batches: OnceLock<Arc<Batches>>,
-    /// Vector indexes, once `serve` gave them a directory.
-    vectors: OnceLock<VectorDb>,
-    /// Vector stores, once `rag_embedder::enable_vector_stores` set them up.
-    vector_stores: OnceLock<VectorStores>,
+    services: Services,
+}
+
+/// The stateful services a server runs, each built over the generator before the
+/// state (most need a data directory; a missing one answers what it needs).
+#[derive(Default)]
+pub struct Services {
+    pub responses: Option<Arc<Responses>>,
+    pub agents: Option<Arc<Agents>>,
+    /// Files and batches.
+    pub batches: Option<Arc<Batches>>,
+    pub vectors: Option<VectorDb>,
+    pub vector_stores: Option<VectorStores>,
+}
+
+/// `service`, or the 503 saying it needs a data directory.
+fn needs_data_dir<'a, T>(service: Option<&'a T>, what: &str) -> Result<&'a T, ApiError> {
+    service.ok_or_else(|| {
+        ApiError::StoreUnavailable(format!(
+            "{what} need a data directory; start the server with --data-dir"
+        ))
+    })
 }
 
 impl AppState {
     /// State over `models` (the first is the default for requests that name none),
-    /// without usage metering.
-    pub fn new(config: ServerConfig, models: Vec<HostedModel>) -> Result<Self> {
+    /// without usage metering or stateful services.
+    pub fn new(config: ServerConfig, models: Vec<HostedModel>) -> crate::error::Result<Self> {
         Self::with_meter(config, models, None)
     }
 
-    /// State over `models` whose requests are metered into `meter`.
+    /// Like [`AppState::new`], metering requests into `meter`.
     pub fn with_meter(
         config: ServerConfig,
         models: Vec<HostedModel>,
         meter: Option<Arc<Meter>>,
-    ) -> Result<Self> {
+    ) -> crate::error::Result<Self> {
         let host = Host::new(models, config.models_memory, config.lora.clone())?;
-        Ok(Self(Arc::new(Inner {
-            host,
-            gates: Gates::new(&config.guard),
+        let gates = Gates::new(&config.guard);
+        let generator = Arc::new(Generator::new(host, meter, gates.limiter.clone()));
+        Ok(Self::from_parts(
             config,
-            meter,
-            cutoff: Cutoff::default(),
-            responses: OnceLock::new(),
-            agents: OnceLock::new(),
-            batches: OnceLock::new(),
-            vectors: OnceLock::new(),
-            vector_stores: OnceLock::new(),
-        })))
+            generator,
+            Arc::new(gates),
+            Services::default(),
+        ))
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
-        Self(inner)
-    }
-
-    /// A handle that does not keep the state alive (the services the state owns hold
-    /// one to reach back).
-    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
-        Arc::downgrade(&self.0)
-    }
-
-    /// Serves the Responses API with `responses` (once, before serving).
-    pub(crate) fn set_responses(&self, responses: Arc<Responses>) -> bool {
-        self.0.responses.set(responses).is_ok()
-    }
-
-    /// Serves agents with `agents` (once, before serving).
-    pub(crate) fn set_agents(&self, agents: Arc<Agents>) -> bool {
-        self.0.agents.set(agents).is_ok()
-    }
-
-    /// Serves files and batches with `batches` (once, before serving).
-    pub(crate) fn set_batches(&self, batches: Arc<Batches>) -> bool {
-        self.0.batches.set(batches).is_ok()
-    }
-
-    /// The batch service, when the server has a data directory.
-    pub fn batches(&self) -> std::result::Result<&Arc<Batches>, ApiError> {
-        self.0.batches.get().ok_or_else(|| {
-            ApiError::StoreUnavailable(
-                "files and batches need a data directory; start the server with --data-dir".into(),
-            )
-        })
-    }
-
-    /// Serves vector indexes from `db` (once, before serving).
-    pub(crate) fn set_vectors(&self, db: VectorDb) -> bool {
-        self.0.vectors.set(db).is_ok()
-    }
-
-    /// The vector indexes, when the server has a data directory.
-    pub fn vectors(&self) -> std::result::Result<&VectorDb, ApiError> {
-        self.0.vectors.get().ok_or_else(|| {
-            ApiError::StoreUnavailable(
-                "vector indexes need a data directory; start the server with --data-dir".into(),
-            )
-        })
-    }
-
-    /// The gates in front of the model routes.
-    pub(crate) fn gates(&self) -> &Gates {
-        &self.0.gates
-    }
-
-    /// The prompt firewall, when the server has a classifier for it.
-    pub fn firewall(&self) -> std::result::Result<&Arc<kiln_guard::Firewall>, ApiError> {
-        self.0
-            .gates
-            .firewall
-            .get()
-            .ok_or_else(|| ApiError::InvalidRequest {
-                param: None,
-                message: "this server has no prompt classifier: start it with --firewall log (or \
-                      serve nanoguard-prompt-injection)"
-                    .into(),
-            })
-    }
-
-    /// Serves vector stores from `stores` (once, before serving).
-    pub(crate) fn set_vector_stores(&self, stores: VectorStores) -> bool {
-        self.0.vector_stores.set(stores).is_ok()
-    }
-
-    /// The vector stores, when the server has a data directory.
-    pub fn vector_stores(&self) -> std::result::Result<&VectorStores, ApiError> {
-        self.0.vector_stores.get().ok_or_else(|| {
-            ApiError::StoreUnavailable(
-                "vector stores need a data directory; start the server with --data-dir".into(),
-            )
-        })
-    }
-
-    /// The file store (under the batch service, which reads and writes it too).
-    pub fn files(&self) -> std::result::Result<&Arc<FileStore>, ApiError> {
-        Ok(self.batches()?.files())
-    }
-
-    /// The agents, when the server has a data directory.
-    pub fn agents(&self) -> std::result::Result<&Arc<Agents>, ApiError> {
-        self.0.agents.get().ok_or_else(|| ApiError::InvalidRequest {
-            param: None,
-            message: "agents need a data directory; start the server with --data-dir".into(),
-        })
-    }
-
-    /// The Responses API.
-    pub fn responses(&self) -> std::result::Result<&Arc<Responses>, ApiError> {
-        self.0
-            .responses
-            .get()
-            .ok_or_else(|| ApiError::InvalidRequest {
-                param: None,
-                message: "the Responses API is not set up on this server".into(),
-            })
+    /// State over a generator, the gates and the services built over it.
+    pub(crate) fn from_parts(
+        config: ServerConfig,
+        generator: Arc<Generator>,
+        gates: Arc<Gates>,
+        services: Services,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            generator,
+            gates,
+            config,
+            services,
+        }))
     }
 
     /// State over one already loaded model (tests, embedding the server).
@@ -270,10 +184,74 @@ impl AppState {
         name: &str,
         task: &str,
         model: Arc<ServingModel>,
-    ) -> Result<Self> {
+    ) -> crate::error::Result<Self> {
         let hosted =
             HostedModel::preloaded(name, task, LoadedModel::Generate(model), config.max_queued);
         Self::new(config, vec![hosted])
+    }
+
+    /// The generation service every model route runs on.
+    pub fn generator(&self) -> &Arc<Generator> {
+        &self.0.generator
+    }
+
+    /// The batch service, when the server has a data directory.
+    pub fn batches(&self) -> Result<&Arc<Batches>, ApiError> {
+        needs_data_dir(self.0.services.batches.as_ref(), "files and batches")
+    }
+
+    /// The vector indexes, when the server has a data directory.
+    pub fn vectors(&self) -> Result<&VectorDb, ApiError> {
+        needs_data_dir(self.0.services.vectors.as_ref(), "vector indexes")
+    }
+
+    /// The vector stores, when the server has a data directory.
+    pub fn vector_stores(&self) -> Result<&VectorStores, ApiError> {
+        needs_data_dir(self.0.services.vector_stores.as_ref(), "vector stores")
+    }
+
+    /// The vector stores, if any (a chat's `file_search` says what is missing itself).
+    pub(crate) fn stores(&self) -> Option<&VectorStores> {
+        self.0.services.vector_stores.as_ref()
+    }
+
+    /// The gates in front of the model routes.
+    pub(crate) fn gates(&self) -> &Arc<Gates> {
+        &self.0.gates
+    }
+
+    /// The prompt firewall, when the server has a classifier for it.
+    pub fn firewall(&self) -> Result<&Arc<kiln_guard::Firewall>, ApiError> {
+        self.0.gates.firewall()
+    }
+
+    /// The file store (under the batch service, which reads and writes it too).
+    pub fn files(&self) -> Result<&Arc<FileStore>, ApiError> {
+        Ok(self.batches()?.files())
+    }
+
+    /// The agents, when the server has a data directory.
+    pub fn agents(&self) -> Result<&Arc<Agents>, ApiError> {
+        self.0
+            .services
+            .agents
+            .as_ref()
+            .ok_or_else(|| ApiError::InvalidRequest {
+                param: None,
+                message: "agents need a data directory; start the server with --data-dir".into(),
+            })
+    }
+
+    /// The Responses API.
+    pub fn responses(&self) -> Result<&Arc<Responses>, ApiError> {
+        self.0
+            .services
+            .responses
+            .as_ref()
+            .ok_or_else(|| ApiError::InvalidRequest {
+                param: None,
+                message: "the Responses API is not set up on this server".into(),
+            })
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -281,140 +259,52 @@ impl AppState {
     }
 
     pub fn host(&self) -> &Host {
-        &self.0.host
+        self.0.generator.host()
     }
 
     pub fn models(&self) -> &[Arc<HostedModel>] {
-        self.0.host.models()
+        self.host().models()
     }
 
     pub fn adapters(&self) -> &AdapterCache {
-        self.0.host.adapters()
+        self.host().adapters()
     }
 
     /// Where requests' usage goes, when metering is on.
     pub fn meter(&self) -> Option<&Arc<Meter>> {
-        self.0.meter.as_ref()
-    }
-
-    /// The model a request names ([`Host::resolve`]).
-    pub fn resolve(&self, name: Option<&str>) -> std::result::Result<Arc<HostedModel>, ApiError> {
-        Ok(self.0.host.resolve(name)?)
-    }
-
-    /// The model of kind `kind` a request names or defaults to ([`Host::resolve_for`]).
-    pub fn resolve_for(
-        &self,
-        name: Option<&str>,
-        kind: ModelKind,
-    ) -> std::result::Result<Arc<HostedModel>, ApiError> {
-        Ok(self.0.host.resolve_for(name, kind)?)
-    }
-
-    /// A lease on the model of kind `kind` a request names, loaded (waiting for its
-    /// load if needed) and held until the lease is dropped.
-    pub async fn lease_for(
-        &self,
-        name: Option<&str>,
-        ctx: &CallContext,
-        kind: ModelKind,
-    ) -> std::result::Result<Lease, ApiError> {
-        let hosted = self.resolve_for(name, kind)?;
-        self.lease_hosted(hosted, ctx).await
-    }
-
-    /// A lease on `hosted` that meters nothing (its caller meters what it used).
-    pub(crate) async fn lease_unmetered(
-        &self,
-        hosted: Arc<HostedModel>,
-    ) -> std::result::Result<Lease, ApiError> {
-        Ok(self.0.host.lease(hosted).await?)
-    }
-
-    /// A lease on `hosted`, loading it first if needed. Records warm or cold in `ctx`,
-    /// and sends the request's usage to the meter under the caller's key.
-    pub async fn lease_hosted(
-        &self,
-        hosted: Arc<HostedModel>,
-        ctx: &CallContext,
-    ) -> std::result::Result<Lease, ApiError> {
-        let mut lease = self.0.host.lease(hosted).await.inspect_err(|_| {
-            ctx.warmth.set(false);
-        })?;
-        ctx.warmth.set(lease.warm());
-        let limiter = &self.0.gates.limiter;
-        if self.0.meter.is_some() || limiter.any() {
-            lease.set_usage_sink(usage_sink(
-                self.0.meter.clone(),
-                limiter.clone(),
-                ctx.caller.clone(),
-                ctx.class,
-            ));
-        }
-        Ok(lease)
-    }
-
-    /// The model and adapter names a request gives ([`Host::split_adapter`]).
-    pub fn split_adapter<'a>(
-        &self,
-        model: Option<&'a str>,
-        lora: Option<&'a str>,
-    ) -> std::result::Result<(Option<&'a str>, Option<&'a str>), ApiError> {
-        Ok(self.0.host.split_adapter(model, lora)?)
-    }
-
-    /// A lease on the text model a request names, with its adapter when it names one
-    /// (`model: "base:adapter"` or `lora`), loaded if needed.
-    pub async fn lease_generator(
-        &self,
-        model: Option<&str>,
-        lora: Option<&str>,
-        ctx: &CallContext,
-    ) -> std::result::Result<Generator, ApiError> {
-        let (model, lora) = self.split_adapter(model, lora)?;
-        let lease = self.lease_for(model, ctx, ModelKind::Generate).await?;
-        self.with_adapter(lease, lora).await
-    }
-
-    /// The text model of `lease` and adapter `lora` of it, if named.
-    pub async fn with_adapter(
-        &self,
-        lease: Lease,
-        lora: Option<&str>,
-    ) -> std::result::Result<Generator, ApiError> {
-        Ok(self.0.host.with_adapter(lease, lora).await?)
+        self.0.generator.meter()
     }
 
     /// New requests get 503 from now on; in-flight ones carry on.
     pub fn begin_shutdown(&self) {
-        if let Some(b) = self.0.batches.get() {
+        if let Some(b) = &self.0.services.batches {
             b.stop();
         }
-        self.0.host.begin_shutdown();
+        self.host().begin_shutdown();
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.0.host.is_shutting_down()
+        self.host().is_shutting_down()
     }
 
     /// The shutdown deadline, as running requests wait on it.
     pub fn cutoff(&self) -> CutoffSignal {
-        self.0.cutoff.signal()
+        self.0.generator.cutoff()
     }
 
     /// The shutdown deadline has passed: ends the requests still running.
     pub fn cut_requests(&self) {
-        self.0.cutoff.fire();
+        self.0.generator.cut_requests();
     }
 
     /// Requests ended by the shutdown deadline.
     pub fn requests_cut(&self) -> usize {
-        self.0.cutoff.cut()
+        self.0.generator.requests_cut()
     }
 
     /// Every pinned model loaded and not shutting down (unpinned models load on demand).
     pub fn is_ready(&self) -> bool {
-        self.0.host.is_ready()
+        self.host().is_ready()
     }
 }
 

@@ -15,15 +15,12 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures_util::{stream, Stream, StreamExt};
 use kiln_api::Usage;
-use kiln_engine::output::TextEvent;
-use kiln_host::{ChoiceEvent, Generation};
+use kiln_generate::{ChoiceEvent, CutoffSignal, GenerateError, Generation, TextEvent};
 use kiln_http::OpenAiError;
 use serde::Serialize;
 use tracing::{Instrument, Span};
 
-use crate::cutoff::CutoffSignal;
 use crate::error::ApiError;
-
 use crate::lease::api_usage;
 
 /// Turns a generation's events into the endpoint's JSON chunks.
@@ -91,7 +88,7 @@ pub fn sse<F: ChunkFormat>(
             // The shutdown deadline, or the engine failing the choice (a failed step,
             // non-finite logits): say so, then end (dropping the generation aborts it).
             let error = match &next {
-                None => Some(ApiError::ShutdownCut),
+                None => Some(GenerateError::ShutdownCut),
                 Some(Some(ChoiceEvent {
                     event: TextEvent::Finished { reason, .. },
                     ..
@@ -99,7 +96,7 @@ pub fn sse<F: ChunkFormat>(
                     .gen
                     .as_ref()
                     .and_then(|g| g.failure(*reason))
-                    .map(ApiError::from),
+                    .map(GenerateError::from),
                 Some(_) => None,
             };
             if let Some(err) = error {

@@ -1,5 +1,7 @@
 //! What the vector index refuses, and why.
 
+use kiln_api::ClassifiedError;
+
 use kiln_db::DbError;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,3 +38,46 @@ impl VectorError {
 }
 
 pub type Result<T> = std::result::Result<T, VectorError>;
+
+/// How a client is told: a bad field or an existing name is a 400, a missing index a
+/// 404; the store's own failures are 503s without the server's paths.
+impl ClassifiedError for VectorError {
+    fn error_kind(&self) -> kiln_api::ErrorKind {
+        use kiln_api::ErrorKind as K;
+        match self {
+            VectorError::Invalid { .. }
+            | VectorError::IndexExists(_)
+            | VectorError::MetadataIndexExists { .. } => K::Invalid,
+            VectorError::NoIndex(_) | VectorError::NoMetadataIndex { .. } => K::NotFound,
+            _ => K::Unavailable,
+        }
+    }
+
+    fn code(&self) -> &str {
+        match self {
+            VectorError::Invalid { .. }
+            | VectorError::IndexExists(_)
+            | VectorError::MetadataIndexExists { .. } => "invalid_value",
+            VectorError::NoIndex(_) | VectorError::NoMetadataIndex { .. } => "not_found",
+            _ => "store_unavailable",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            VectorError::Invalid { param, .. } => Some(param.clone()),
+            VectorError::NoIndex(_) | VectorError::IndexExists(_) => Some("name".into()),
+            VectorError::NoMetadataIndex { .. } | VectorError::MetadataIndexExists { .. } => {
+                Some("propertyName".into())
+            }
+            _ => None,
+        }
+    }
+
+    fn safe_message(&self) -> String {
+        match self.error_kind() {
+            kiln_api::ErrorKind::Unavailable => kiln_api::without_paths(&self.to_string()),
+            _ => self.to_string(),
+        }
+    }
+}

@@ -3,29 +3,35 @@
 //! OpenAI's `x-ratelimit-*` headers), the response cache (`cache.rs`, `x-kiln-cache`),
 //! and the prompt firewall (`firewall.rs`, 403 `prompt_blocked` and the
 //! `x-kiln-firewall-*` headers). The rules are `kiln-guard`'s; this module maps them to
-//! HTTP. `classifier.rs` runs the firewall's classifier on the server's models.
+//! HTTP. The firewall's classifier is the generator's (`kiln_generate::InjectionClassifier`).
 
 pub mod cache;
-pub mod classifier;
 pub mod firewall;
 pub mod limits;
 mod prompt_route;
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_guard::{Firewall, Limiter, Policies, Quota, RateLimits, ResponseCache};
 
+use kiln_generate::{Generator, InjectionClassifier};
+
+use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Starts the firewall on `state` when it serves a text-classification model (call on
-/// the runtime, before serving). Scoring prompts without one is a setup error.
-pub(crate) fn enable_firewall(state: &AppState) -> crate::error::Result<()> {
-    let served = state
+/// Starts the firewall on the generator's classifier when it serves a
+/// text-classification model (call on the runtime, before serving). Scoring prompts
+/// without one is a setup error.
+pub(crate) fn enable_firewall(
+    gates: &mut Gates,
+    generator: &Arc<Generator>,
+) -> crate::error::Result<()> {
+    let served = generator
         .resolve_for(None, kiln_host::ModelKind::Classify)
         .is_ok();
-    let policies = state.gates().policies.clone();
+    let policies = gates.policies.clone();
     if !served {
         if policies.any_on() {
             return Err(crate::error::Error::Firewall(
@@ -36,11 +42,8 @@ pub(crate) fn enable_firewall(state: &AppState) -> crate::error::Result<()> {
         }
         return Ok(());
     }
-    let model = Arc::new(classifier::ServerClassifier(state.downgrade()));
-    let _ = state
-        .gates()
-        .firewall
-        .set(Arc::new(Firewall::new(policies, model)));
+    let model = Arc::new(InjectionClassifier(generator.clone()));
+    gates.firewall = Some(Arc::new(Firewall::new(policies, model)));
     Ok(())
 }
 
@@ -58,7 +61,7 @@ pub(crate) async fn buffered(
             axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone())),
             bytes,
         )),
-        Err(_) => Err(crate::error::ApiError::PayloadTooLarge { limit }.into_response()),
+        Err(_) => Err(ApiError::PayloadTooLarge { limit }.into_response()),
     }
 }
 
@@ -86,8 +89,8 @@ pub(crate) struct Gates {
     pub limiter: Arc<Limiter>,
     pub quota: Quota,
     pub cache: Option<ResponseCache>,
-    /// Set once the server is up, when it serves a classifier or scores prompts.
-    pub firewall: OnceLock<Arc<Firewall>>,
+    /// When the server serves a classifier or scores prompts.
+    pub firewall: Option<Arc<Firewall>>,
     pub policies: Policies,
     pub firewall_metrics: firewall::FirewallMetrics,
 }
@@ -98,9 +101,21 @@ impl Gates {
             limiter: Arc::new(Limiter::new(s.rate_limits, s.key_rate_limits.clone())),
             quota: s.quota.clone(),
             cache: s.cache.map(|c| ResponseCache::new(c.ttl, c.max_bytes)),
-            firewall: OnceLock::new(),
+            firewall: None,
             policies: s.firewall.clone(),
             firewall_metrics: Default::default(),
         }
+    }
+
+    /// The prompt firewall, when the server has a classifier for it.
+    pub fn firewall(&self) -> Result<&Arc<Firewall>, ApiError> {
+        self.firewall
+            .as_ref()
+            .ok_or_else(|| ApiError::InvalidRequest {
+                param: None,
+                message: "this server has no prompt classifier: start it with --firewall log (or \
+                      serve nanoguard-prompt-injection)"
+                    .into(),
+            })
     }
 }

@@ -11,7 +11,6 @@ use kiln_usage::UsageRow;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::prompt::blocking;
 use crate::state::AppState;
 
 pub async fn usage(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
@@ -24,12 +23,10 @@ pub async fn usage(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
             "totals": totals(&[]),
         })));
     };
-    let rows = blocking(move || {
-        meter
-            .rows()
-            .map_err(|e| ApiError::Internal(format!("cannot read usage: {e}")))
-    })
-    .await?;
+    let rows = tokio::task::spawn_blocking(move || meter.rows())
+        .await
+        .map_err(|e| ApiError::Internal(format!("tokenizer task failed: {e}")))?
+        .map_err(|e| ApiError::Internal(format!("cannot read usage: {e}")))?;
     let data: Vec<Value> = rows
         .iter()
         .map(|r| {

@@ -1,4 +1,5 @@
-//! `POST /v1/chat/completions`.
+//! `POST /v1/chat/completions`: the body mapped to the generator's typed request, and
+//! its events to OpenAI's JSON or SSE chunks.
 
 use std::sync::Arc;
 
@@ -6,28 +7,24 @@ use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::chat::{
-    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
-    ChunkChoice, Delta,
+    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Delta,
 };
 use kiln_api::Usage;
-use kiln_constrain::ToolFormat;
-use kiln_engine::output::TextEvent;
-use kiln_engine::ServingModel;
-use kiln_host::{ChoiceEvent, Generation, HostedModel};
-use kiln_tokenizer::Tokenizer;
+use kiln_generate::output::logprobs;
+use kiln_generate::output::tool_calls::{self, Piece, ToolStream};
+use kiln_generate::{
+    Call, ChatRequest, ChatStream, ChoiceEvent, FinishReason, Generator, TextEvent, Tokenizer,
+};
+use kiln_rag::VectorStores;
 
-use super::{admit, collect, finish_reason};
+use super::{collect, finish_reason};
 use crate::chat_file_search::{self, Parsed};
 use crate::error::ApiError;
 use crate::extract::ApiBody;
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
-use crate::prompt::{self, blocking};
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse, to_json, ChunkFormat};
-use crate::structured;
-use crate::tool_calls::{self, Piece, ToolStream};
-use crate::validate::{openai_sampling_fields, Sampling};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -35,21 +32,32 @@ pub async fn chat_completions(
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
+    respond(state.generator(), state.stores(), &rid, &ctx.call(), &body).await
+}
+
+/// Answers a chat completions body for `call`: the route's work, shared with batch lines.
+pub async fn respond(
+    generator: &Generator,
+    stores: Option<&VectorStores>,
+    rid: &RequestId,
+    call: &Call,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     let Parsed {
         request: mut req,
         file_search,
-    } = chat_file_search::parse_request(&body)?;
+    } = chat_file_search::parse_request(body)?;
     let annotations = match &file_search {
-        Some(tool) => Some(chat_file_search::apply(&state, &ctx, tool, &mut req).await?),
+        Some(tool) => Some(chat_file_search::apply(stores, &call.caller, tool, &mut req).await?),
         None => None,
     };
-    let ChatStart {
-        gen,
-        model,
+    let ChatStream {
+        generation: gen,
         hosted,
-        parse_tools,
+        tokenizer,
+        tools: parse_tools,
         logprobs,
-    } = start(&state, &req, &ctx).await?;
+    } = generator.chat(ChatRequest::from_openai(&req), call).await?;
     let head = Head {
         id: format!("chatcmpl-{}", rid.0),
         created: unix_now(),
@@ -64,14 +72,14 @@ pub async fn chat_completions(
             head,
             include_usage,
             logprobs: want_logprobs,
-            tokenizer: model.tokenizer.clone(),
+            tokenizer,
             tools: parse_tools
                 .map(|f| (0..gen.num_choices()).map(|_| ToolStream::new(f)).collect()),
             annotations,
         };
-        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
+        return Ok(sse(gen, fmt, generator.cutoff(), tracing::Span::current()));
     }
-    let (outs, usage) = collect(gen, state.cutoff()).await?;
+    let (outs, usage) = collect(generator, gen).await?;
     let choices = outs
         .into_iter()
         .enumerate()
@@ -83,7 +91,7 @@ pub async fn chat_completions(
             ChatChoice {
                 index: i as u32,
                 logprobs: want_logprobs
-                    .then(|| crate::logprobs::chat(&model.tokenizer, &c.token_ids, &c.logprobs)),
+                    .then(|| logprobs::chat(&tokenizer, &c.token_ids, &c.logprobs)),
                 finish_reason: chat_finish_reason(c.finish, tool_calls.is_some()),
                 message: AssistantMessage {
                     role: "assistant".into(),
@@ -105,105 +113,6 @@ pub async fn chat_completions(
         usage,
     })
     .into_response())
-}
-
-/// A chat request admitted and running on the engine.
-pub struct ChatStart {
-    pub gen: Generation,
-    pub model: Arc<ServingModel>,
-    pub hosted: Arc<HostedModel>,
-    /// The tool-call syntax to parse the output with, when tools may be called.
-    pub parse_tools: Option<ToolFormat>,
-    /// `top_logprobs` when logprobs were asked for.
-    pub logprobs: Option<u32>,
-}
-
-/// Checks `req`, renders its prompt, compiles its constraint and starts it on the model:
-/// everything a chat completion does before the first token. The Responses API runs its
-/// model rounds through here too.
-pub async fn start(
-    state: &AppState,
-    req: &ChatCompletionRequest,
-    ctx: &CallContext,
-) -> Result<ChatStart, ApiError> {
-    let (lease, model, adapter) = state
-        .lease_generator(req.model.as_deref(), req.lora.as_deref(), ctx)
-        .await?;
-    let hosted = lease.hosted().clone();
-    let format = structured::tool_format(&model);
-    let tools = structured::tool_request(
-        req.tools.as_deref(),
-        req.tool_choice.as_ref(),
-        req.parallel_tool_calls,
-        format,
-    )?;
-    let output = structured::output_grammar(
-        req.response_format.as_ref(),
-        req.structured_outputs.as_ref(),
-        &req.guided,
-    )?;
-    let grammar = structured::request_grammar(output, tools.as_ref())?;
-    let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
-        (true, k) => Some(k.unwrap_or(0)),
-        (false, Some(k)) if k > 0 => {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "top_logprobs requires `logprobs: true`",
-            ))
-        }
-        (false, _) => None,
-    };
-    let (max_tokens, max_tokens_param) = match (req.max_completion_tokens, req.max_tokens) {
-        (Some(m), _) => (Some(m), "max_completion_tokens"),
-        (None, m) => (m, "max_tokens"),
-    };
-    let sampling = Sampling::check(
-        &openai_sampling_fields!(req, max_tokens, max_tokens_param, logprobs, "top_logprobs"),
-        prompt::vocab_size(&model),
-    )?;
-    let messages = prompt::to_template_messages(&req.messages, "messages")?;
-    let (messages, tools_json) = prompt::with_tools(
-        &model,
-        messages,
-        tools
-            .as_ref()
-            .filter(|t| t.spec.is_some())
-            .map(|t| t.defs.as_slice()),
-        format,
-    )?;
-    let constraint = match grammar {
-        Some((spec, param)) => Some(structured::compile(&hosted, &model, spec, param).await?),
-        None => None,
-    };
-    let permit = admit(&hosted, sampling.n, req.reject_if_busy.unwrap_or(false))?;
-
-    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let m = model.clone();
-    let ids = blocking(move || {
-        prompt::chat(
-            &m,
-            &messages,
-            tools_json.as_ref(),
-            add_generation_prompt,
-            "messages",
-        )
-    })
-    .await?;
-    let mut engine_req = sampling.request(ids, "messages", model.engine_config.max_model_len)?;
-    engine_req.priority = ctx.class.priority();
-    engine_req.adapter = adapter;
-    engine_req.constraint = constraint;
-    let parse_tools = tools.is_some_and(|t| t.spec.is_some()).then_some(format);
-    let skip_special = req.skip_special_tokens.unwrap_or(true);
-    let gen = Generation::start(&model, lease, vec![engine_req], skip_special, permit)?;
-
-    Ok(ChatStart {
-        gen,
-        model,
-        hosted,
-        parse_tools,
-        logprobs,
-    })
 }
 
 /// What every chunk of one response repeats.
@@ -273,9 +182,9 @@ impl ChatFormat {
 }
 
 /// `tool_calls` when a choice that called tools ended on its own; otherwise as usual.
-fn chat_finish_reason(r: Option<kiln_engine::FinishReason>, called: bool) -> Option<String> {
+fn chat_finish_reason(r: Option<FinishReason>, called: bool) -> Option<String> {
     match r {
-        Some(kiln_engine::FinishReason::Stop) if called => Some("tool_calls".into()),
+        Some(FinishReason::Stop) if called => Some("tool_calls".into()),
         r => finish_reason(r),
     }
 }
@@ -303,7 +212,7 @@ impl ChunkFormat for ChatFormat {
                 ..
             } => {
                 let lp = (self.logprobs && !token_ids.is_empty())
-                    .then(|| crate::logprobs::chat(&self.tokenizer, &token_ids, &logprobs));
+                    .then(|| logprobs::chat(&self.tokenizer, &token_ids, &logprobs));
                 let pieces = match self.tools.as_mut().and_then(|t| t.get_mut(ev.choice)) {
                     Some(ts) => ts.push(&text),
                     None if text.is_empty() => Vec::new(),

@@ -9,73 +9,79 @@
 //! its own special tokens around text, so ids from elsewhere would not mean the same.
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
 use kiln_api::embeddings::{
     Embedding, EmbeddingInput, EmbeddingVector, EmbeddingsRequest, EmbeddingsResponse,
     EmbeddingsUsage, EncodingFormat,
 };
+use kiln_generate::{check_count, Call, EmbedRequest, EncodeInput, Generator, Truncation};
 use kiln_host::ModelKind;
 
-use super::admit;
-
-use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{parse, ApiBody};
 use crate::lease::CallContext;
 use crate::state::AppState;
 
 pub async fn embeddings(
     State(state): State<AppState>,
     ctx: CallContext,
-    ApiJson(req): ApiJson<EmbeddingsRequest>,
-) -> Result<Json<EmbeddingsResponse>, ApiError> {
-    let hosted = state.resolve_for(req.model.as_deref(), ModelKind::Embed)?;
+    ApiBody(body): ApiBody,
+) -> Result<Response, ApiError> {
+    respond(state.generator(), &ctx.call(), &body).await
+}
+
+/// Answers an embeddings body for `call`: the route's work, shared with batch lines.
+pub async fn respond(
+    generator: &Generator,
+    call: &Call,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let req: EmbeddingsRequest = parse(body)?;
+    let hosted = generator.resolve_for(req.model.as_deref(), ModelKind::Embed)?;
     let (texts, single) = texts(req.input)?;
-    let lease = state.lease_hosted(hosted, &ctx).await?;
-    let embedder = lease.embedder()?;
-    let (dim, max) = (embedder.model().dim(), embedder.model().max_tokens());
-    if let Some(d) = req.dimensions.filter(|&d| d != dim as u64) {
-        return Err(ApiError::invalid(
-            "dimensions",
-            format!(
-                "this model's embeddings have a fixed size of {dim}; `dimensions` must be {dim} \
-                 or left out, not {d}"
-            ),
-        ));
-    }
-    let truncate = truncation(req.truncate, req.truncate_prompt_tokens, max)?;
     let format = req.encoding_format.unwrap_or_default();
-    let model = lease.hosted().name.clone();
-    let permit = admit(lease.hosted(), 1, false)?;
-    let (data, tokens) = embedder
-        .run::<_, ApiError, _>(lease, permit, move |m| {
-            let out = m
-                .embed(&texts, truncate)
-                .map_err(|e| input_error(e, "input", single, "truncate"))?;
-            let tokens = out.total_tokens();
-            let data: Vec<Embedding> = out
-                .vectors
-                .into_iter()
-                .enumerate()
-                .map(|(index, v)| Embedding {
-                    object: "embedding".into(),
-                    index,
-                    embedding: encode(v, format),
-                })
-                .collect();
-            Ok(((data, tokens), tokens))
-        })
+    let embedded = generator
+        .embed(
+            EmbedRequest {
+                hosted,
+                input: EncodeInput {
+                    texts,
+                    param: "input",
+                    single,
+                    truncation: Truncation::OpenAi {
+                        truncate: req.truncate,
+                        prompt_tokens: req.truncate_prompt_tokens,
+                    },
+                    truncate_field: "truncate",
+                },
+                dimensions: req.dimensions,
+            },
+            call,
+        )
         .await?;
+    let data = embedded
+        .vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| Embedding {
+            object: "embedding".into(),
+            index,
+            embedding: encode(v, format),
+        })
+        .collect();
+    let tokens = embedded.tokens as u64;
     Ok(Json(EmbeddingsResponse {
         object: "list".into(),
         data,
-        model,
+        model: embedded.model,
         usage: EmbeddingsUsage {
-            prompt_tokens: tokens as u64,
-            total_tokens: tokens as u64,
+            prompt_tokens: tokens,
+            total_tokens: tokens,
         },
-    }))
+    })
+    .into_response())
 }
 
 /// The texts of `input`, and whether it was a single string (for error messages).
@@ -97,28 +103,6 @@ fn texts(input: EmbeddingInput) -> Result<(Vec<String>, bool), ApiError> {
     Ok((texts, single))
 }
 
-/// Whether to truncate over-long inputs: `truncate`, or vLLM's `truncate_prompt_tokens`
-/// of `-1` (or the model's own maximum `max`). The model only cuts to its maximum,
-/// keeping the first tokens, so other values are refused rather than half-honoured.
-fn truncation(
-    truncate: Option<bool>,
-    truncate_prompt_tokens: Option<i64>,
-    max: usize,
-) -> Result<bool, ApiError> {
-    match truncate_prompt_tokens {
-        None => Ok(truncate.unwrap_or(false)),
-        Some(k) if k == -1 || k == max as i64 => Ok(true),
-        Some(k) => Err(ApiError::invalid(
-            "truncate_prompt_tokens",
-            format!(
-                "this model truncates inputs only to its maximum of {max} tokens (keeping the \
-                 first ones); set `truncate_prompt_tokens` to -1 or {max}, or `truncate: true`, \
-                 not {k}"
-            ),
-        )),
-    }
-}
-
 fn encode(v: Vec<f32>, format: EncodingFormat) -> EmbeddingVector {
     match format {
         EncodingFormat::Float => EmbeddingVector::Float(v),
@@ -132,10 +116,10 @@ fn encode(v: Vec<f32>, format: EncodingFormat) -> EmbeddingVector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_http::OpenAiError;
+    use kiln_http::ClassifiedError;
 
     #[test]
-    fn inputs_truncation_and_encoding() {
+    fn inputs_and_encoding() {
         assert_eq!(
             texts(EmbeddingInput::Text("a".into())).ok(),
             Some((vec!["a".to_string()], true))
@@ -148,14 +132,6 @@ mod tests {
         ] {
             let e = texts(bad).err().and_then(|e| e.param());
             assert_eq!(e.as_deref(), Some("input"));
-        }
-        assert_eq!(truncation(None, None, 256).ok(), Some(false));
-        assert_eq!(truncation(Some(true), None, 256).ok(), Some(true));
-        assert_eq!(truncation(None, Some(-1), 256).ok(), Some(true));
-        assert_eq!(truncation(Some(false), Some(256), 256).ok(), Some(true));
-        for k in [0, 10, 257, -2] {
-            let e = truncation(None, Some(k), 256).err().and_then(|e| e.param());
-            assert_eq!(e.as_deref(), Some("truncate_prompt_tokens"));
         }
         // 0.5 is 0x3f000000, little-endian 00 00 00 3f.
         assert_eq!(

@@ -4,9 +4,10 @@
 use axum::extract::State;
 use axum::Json;
 use kiln_api::firewall::{ScoreRequest, ScoreResponse, TextScore};
+use kiln_generate::check_count;
+use kiln_host::HostError;
 use serde_json::Value;
 
-use crate::encoder::check_count;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::lease::CallContext;
@@ -41,9 +42,11 @@ pub async fn score(
         .firewall()?
         .score(&ctx.caller, &texts)
         .await
-        .map_err(|e| ApiError::ModelUnavailable {
-            model: "prompt firewall".into(),
-            reason: e.to_string(),
+        .map_err(|e| {
+            ApiError::from(HostError::ModelUnavailable {
+                model: "prompt firewall".into(),
+                reason: e.to_string(),
+            })
         })?;
     Ok(Json(ScoreResponse {
         data: verdicts

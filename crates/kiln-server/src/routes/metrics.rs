@@ -32,7 +32,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = render(&samples);
     if let (Ok(_), Ok(classifier)) = (
         state.firewall(),
-        state.resolve_for(None, ModelKind::Classify),
+        state.generator().resolve_for(None, ModelKind::Classify),
     ) {
         render_firewall(&mut text, &classifier.name, &state.gates().firewall_metrics);
     }

@@ -27,7 +27,7 @@ pub async fn retrieve(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let hosted = state.resolve(Some(&name))?;
+    let hosted = state.generator().resolve(Some(&name))?;
     Ok(Json(card(&state, &hosted)))
 }
 
@@ -58,7 +58,7 @@ fn card(state: &AppState, hosted: &HostedModel) -> Value {
             );
         }
         if status == ModelStatus::Failed {
-            let failure = hosted.failure().map(|f| crate::error::without_paths(&f));
+            let failure = hosted.failure().map(|f| kiln_api::without_paths(&f));
             o.insert("load_error".into(), json!(failure));
         }
     }

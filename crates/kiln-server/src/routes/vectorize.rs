@@ -12,7 +12,7 @@ use kiln_api::vectorize::{
     MetadataIndexList, MetadataIndexName, MutationResult, QueryMatch, QueryRequest, QueryResult,
     VectorLine,
 };
-use kiln_http::OpenAiError;
+use kiln_http::{ClassifiedError, OpenAiError};
 use kiln_vectors::{
     Filter, IndexDesc, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorError,
     VectorRecord, WriteMode,
@@ -26,11 +26,11 @@ use crate::lease::CallContext;
 use crate::state::AppState;
 
 /// An error in Cloudflare's envelope.
-pub struct VectorizeError(ApiError);
+pub struct VectorizeError(Box<ApiError>);
 
 impl<E: Into<ApiError>> From<E> for VectorizeError {
     fn from(e: E) -> Self {
-        Self(e.into())
+        Self(Box::new(e.into()))
     }
 }
 
@@ -41,7 +41,7 @@ impl IntoResponse for VectorizeError {
         let body = json!({
             "result": null,
             "success": false,
-            "errors": [{"code": status.as_u16(), "message": e.to_string()}],
+            "errors": [{"code": status.as_u16(), "message": e.safe_message()}],
             "messages": [],
             "error": e.body().error,
         });
@@ -64,7 +64,7 @@ async fn on_db<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&db))
         .await
         .map_err(|e| ApiError::Internal(format!("vector task: {e}")))?
-        .map_err(|e| VectorizeError(ApiError::from(e)))
+        .map_err(VectorizeError::from)
 }
 
 fn rfc3339(unix: u64) -> String {

@@ -12,24 +12,23 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use kiln_api::chat::{ChatMessage, Role};
-use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
+use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
+use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse, AiToolCall};
 use kiln_api::Usage;
-use kiln_engine::output::TextEvent;
-use kiln_host::{ChoiceEvent, Generation, HostedModel, ModelKind};
+use kiln_generate::output::tool_calls::{self, Piece, ToolStream};
+use kiln_generate::prompt::{self, PromptOrMessages};
+use kiln_generate::{
+    Call, ChatInput, ChatRequest, ChatStream, ChoiceEvent, Generator, OutputFields, SamplingFields,
+    TextEvent, ToolFields,
+};
+use kiln_host::{HostedModel, ModelKind};
 
-use super::{admit, collect, workers_ai_encoders, workers_ai_queue};
+use super::{collect, workers_ai_encoders, workers_ai_queue};
 use crate::error::ApiError;
 use crate::extract::{parse, ApiBody};
 use crate::lease::CallContext;
-use crate::prompt::{self, blocking, PromptInput};
 use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
-use crate::structured;
-use crate::tool_calls::{self, Piece, ToolStream};
-use crate::validate::{Sampling, SamplingFields};
-use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
-use kiln_api::workers_ai::AiToolCall;
 
 /// Workers AI's default `max_tokens` (capped by what the context leaves).
 pub const DEFAULT_MAX_TOKENS: u32 = 256;
@@ -41,49 +40,86 @@ pub async fn run(
     ctx: CallContext,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    // `{model}` may be `base:adapter`.
-    let (name, _) = state.split_adapter(Some(&model_name), None)?;
-    let hosted = state.resolve(name)?;
+    let hosted = target(state.generator(), &model_name)?;
     if workers_ai_queue::queued(&query)? {
         return workers_ai_queue::queue(&state, &model_name, &ctx, &body);
     }
+    respond_to(state.generator(), hosted, &model_name, &ctx.call(), &body).await
+}
+
+/// Answers a `/ai/run/{model_name}` body for `call`: the route's work, shared with
+/// batch lines.
+pub async fn respond(
+    generator: &Generator,
+    model_name: &str,
+    call: &Call,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let hosted = target(generator, model_name)?;
+    respond_to(generator, hosted, model_name, call, body).await
+}
+
+/// The model `{model}` names (it may be `base:adapter`).
+fn target(generator: &Generator, model_name: &str) -> Result<Arc<HostedModel>, ApiError> {
+    let (name, _) = generator.split_adapter(Some(model_name), None)?;
+    Ok(generator.resolve(name)?)
+}
+
+async fn respond_to(
+    generator: &Generator,
+    hosted: Arc<HostedModel>,
+    model_name: &str,
+    call: &Call,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     match hosted.kind {
         Some(ModelKind::Embed) => {
-            workers_ai_encoders::embed(&state, hosted, &ctx, parse(&body)?).await
+            workers_ai_encoders::embed(generator, hosted, call, parse(body)?).await
         }
         Some(ModelKind::Classify) => {
-            workers_ai_encoders::classify(&state, hosted, &ctx, parse(&body)?).await
+            workers_ai_encoders::classify(generator, hosted, call, parse(body)?).await
         }
         // A task the server can't run fails at load, with the reason.
         Some(ModelKind::Generate) | None => {
-            generate(&state, hosted, &model_name, &ctx, parse(&body)?).await
+            generate(generator, hosted, model_name, call, parse(body)?).await
         }
     }
 }
 
 async fn generate(
-    state: &AppState,
+    generator: &Generator,
     hosted: Arc<HostedModel>,
     model_name: &str,
-    ctx: &CallContext,
+    call: &Call,
     req: AiRunRequest,
 ) -> Result<Response, ApiError> {
-    let (_, lora) = state.split_adapter(Some(model_name), req.lora.as_deref())?;
-    let lease = state.lease_hosted(hosted, ctx).await?;
-    let (lease, model, adapter) = state.with_adapter(lease, lora).await?;
-    let hosted = lease.hosted().clone();
-    let messages = match prompt::prompt_or_messages(req.prompt, req.messages)? {
-        PromptInput::Text(p) if req.raw.unwrap_or(false) || model.chat_template.is_none() => Err(p),
-        PromptInput::Text(p) => Ok(vec![ChatMessage::text(Role::User, p)]),
-        PromptInput::Messages(m) => Ok(m),
+    let input = match prompt::prompt_or_messages(req.prompt, req.messages)? {
+        PromptOrMessages::Text(text) => ChatInput::Prompt {
+            text,
+            raw: req.raw.unwrap_or(false),
+        },
+        PromptOrMessages::Messages(m) => ChatInput::Messages(m),
     };
-    let param = if messages.is_ok() {
-        "messages"
-    } else {
-        "prompt"
-    };
-    let sampling = Sampling::check(
-        &SamplingFields {
+    let tools = req.tools.as_deref().map(ai_tools).transpose()?;
+    let response_format = req
+        .response_format
+        .as_ref()
+        .map(ai_response_format)
+        .transpose()?;
+    let chat = ChatRequest {
+        model: Some(model_name.to_string()),
+        lora: req.lora.clone(),
+        hosted: Some(hosted),
+        input,
+        tools: ToolFields {
+            tools,
+            ..ToolFields::default()
+        },
+        output: OutputFields {
+            response_format,
+            ..OutputFields::default()
+        },
+        sampling: SamplingFields {
             temperature: req.temperature,
             top_p: req.top_p,
             top_k: req.top_k,
@@ -96,65 +132,26 @@ async fn generate(
             logprobs_param: "logprobs",
             ..SamplingFields::default()
         },
-        prompt::vocab_size(&model),
-    )?;
-    let format = structured::tool_format(&model);
-    let tools = match &req.tools {
-        Some(t) => structured::tool_request(Some(&ai_tools(t)?), None, None, format)?,
-        None => None,
+        logprobs: false,
+        top_logprobs: None,
+        default_max_tokens: Some(DEFAULT_MAX_TOKENS),
+        add_generation_prompt: true,
+        skip_special_tokens: true,
+        reject_if_busy: req.reject_if_busy.unwrap_or(false),
     };
-    let output = match &req.response_format {
-        Some(rf) => {
-            structured::output_grammar(Some(&ai_response_format(rf)?), None, &Default::default())?
-        }
-        None => None,
-    };
-    let grammar = structured::request_grammar(output, tools.as_ref())?;
-    let messages = match messages {
-        Ok(m) => {
-            let msgs = prompt::to_template_messages(&m, "messages")?;
-            let defs = tools.as_ref().map(|t| t.defs.as_slice());
-            Ok(prompt::with_tools(&model, msgs, defs, format)?)
-        }
-        Err(_) if tools.is_some() => {
-            return Err(ApiError::invalid(
-                "tools",
-                "tools need chat `messages` (or a prompt without `raw`)",
-            ))
-        }
-        Err(text) => Err(text),
-    };
-    let constraint = match grammar {
-        Some((spec, param)) => Some(structured::compile(&hosted, &model, spec, param).await?),
-        None => None,
-    };
-    let permit = admit(&hosted, 1, req.reject_if_busy.unwrap_or(false))?;
-    let m = model.clone();
-    let ids = blocking(move || match messages {
-        Ok((msgs, tools_json)) => prompt::chat(&m, &msgs, tools_json.as_ref(), true, "messages"),
-        Err(text) => prompt::encode(&m, &text, true, "prompt"),
-    })
-    .await?;
-    let max_model_len = model.engine_config.max_model_len;
-    let mut sampling = sampling;
-    if req.max_tokens.is_none() {
-        let room = max_model_len.saturating_sub(ids.len()).max(1);
-        sampling.set_max_tokens((DEFAULT_MAX_TOKENS as usize).min(room));
-    }
-    let mut engine_req = sampling.request(ids, param, max_model_len)?;
-    engine_req.priority = ctx.class.priority();
-    engine_req.adapter = adapter;
-    engine_req.constraint = constraint;
-    let parse_tools = tools.is_some().then_some(format);
-    let gen = Generation::start(&model, lease, vec![engine_req], true, permit)?;
+    let ChatStream {
+        generation: gen,
+        tools: parse_tools,
+        ..
+    } = generator.chat(chat, call).await?;
     if req.stream.unwrap_or(false) {
         let fmt = AiFormat {
             tools: parse_tools.map(ToolStream::new),
             calls: Vec::new(),
         };
-        return Ok(sse(gen, fmt, state.cutoff(), tracing::Span::current()));
+        return Ok(sse(gen, fmt, generator.cutoff(), tracing::Span::current()));
     }
-    let (outs, usage) = collect(gen, state.cutoff()).await?;
+    let (outs, usage) = collect(generator, gen).await?;
     let text = outs.into_iter().next().map(|c| c.text).unwrap_or_default();
     let (response, calls) = match parse_tools {
         Some(f) => {

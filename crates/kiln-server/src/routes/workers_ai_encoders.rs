@@ -13,21 +13,20 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kiln_api::workers_ai::{AiEmbeddings, AiLabelScore, AiRunEnvelope, AiText, AiTextRequest};
+use kiln_generate::{
+    check_count, Call, ClassifyRequest, EmbedRequest, EncodeInput, Generator, Truncation,
+};
 use kiln_host::HostedModel;
 
-use super::admit;
-use crate::encoder::{check_count, input_error};
 use crate::error::ApiError;
-use crate::lease::CallContext;
-use crate::state::AppState;
 
 /// The pooling the served embedders use (kiln-encoder's BERT pipeline has only this).
 const POOLING: &str = "mean";
 
 pub async fn embed(
-    state: &AppState,
+    generator: &Generator,
     hosted: Arc<HostedModel>,
-    ctx: &CallContext,
+    call: &Call,
     req: AiTextRequest,
 ) -> Result<Response, ApiError> {
     let (texts, single) = match req.text {
@@ -41,32 +40,28 @@ pub async fn embed(
             format!("this model pools by `{POOLING}`; `{p}` is not available"),
         ));
     }
-    let truncate = req.truncate_inputs.unwrap_or(false);
-    let lease = state.lease_hosted(hosted, ctx).await?;
-    let embedder = lease.embedder()?;
-    let dim = embedder.model().dim();
-    let permit = admit(lease.hosted(), 1, false)?;
-    let vectors = embedder
-        .run::<_, ApiError, _>(lease, permit, move |m| {
-            let out = m
-                .embed(&texts, truncate)
-                .map_err(|e| input_error(e, "text", single, "truncate_inputs"))?;
-            let tokens = out.total_tokens();
-            Ok((out.vectors, tokens))
-        })
+    let embedded = generator
+        .embed(
+            EmbedRequest {
+                hosted,
+                input: input(texts, single, req.truncate_inputs),
+                dimensions: None,
+            },
+            call,
+        )
         .await?;
     Ok(Json(AiRunEnvelope::success(AiEmbeddings {
-        shape: [vectors.len(), dim],
-        data: vectors,
+        shape: [embedded.vectors.len(), embedded.dim],
+        data: embedded.vectors,
         pooling: POOLING.into(),
     }))
     .into_response())
 }
 
 pub async fn classify(
-    state: &AppState,
+    generator: &Generator,
     hosted: Arc<HostedModel>,
-    ctx: &CallContext,
+    call: &Call,
     req: AiTextRequest,
 ) -> Result<Response, ApiError> {
     let AiText::One(text) = req.text else {
@@ -81,29 +76,30 @@ pub async fn classify(
             "`pooling` applies to embedding models only",
         ));
     }
-    let truncate = req.truncate_inputs.unwrap_or(false);
-    let lease = state.lease_hosted(hosted, ctx).await?;
-    let classifier = lease.classifier()?;
-    let permit = admit(lease.hosted(), 1, false)?;
-    let scores = classifier
-        .run::<_, ApiError, _>(lease, permit, move |m| {
-            let out = m
-                .classify(&[text], truncate)
-                .map_err(|e| input_error(e, "text", true, "truncate_inputs"))?;
-            let first = out
-                .into_iter()
-                .next()
-                .ok_or_else(|| ApiError::Internal("the classifier returned no result".into()))?;
-            let scores: Vec<AiLabelScore> = first
-                .scores
-                .into_iter()
-                .map(|s| AiLabelScore {
-                    label: s.label,
-                    score: s.score,
-                })
-                .collect();
-            Ok((scores, first.tokens))
-        })
+    let classified = generator
+        .classify(
+            ClassifyRequest {
+                hosted,
+                input: input(vec![text], true, req.truncate_inputs),
+            },
+            call,
+        )
         .await?;
+    let scores: Vec<AiLabelScore> = classified
+        .scores
+        .into_iter()
+        .map(|(label, score)| AiLabelScore { label, score })
+        .collect();
     Ok(Json(AiRunEnvelope::success(scores)).into_response())
+}
+
+/// Workers AI's `text`, as the generator's input.
+fn input(texts: Vec<String>, single: bool, truncate: Option<bool>) -> EncodeInput {
+    EncodeInput {
+        texts,
+        param: "text",
+        single,
+        truncation: Truncation::Flag(truncate.unwrap_or(false)),
+        truncate_field: "truncate_inputs",
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use axum::body::{to_bytes, Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
-use kiln_engine::{ServingModel, ServingOptions};
+use kiln_generate::{ServingModel, ServingOptions};
 use kiln_server::{app, AppState, ServerConfig};
 use serde_json::Value;
 use tower::ServiceExt;

@@ -1,4 +1,4 @@
-//! API request fields → the engine's [`GenerateRequest`]: every field range-checked,
+//! Sampling fields → the engine's [`GenerateRequest`]: every field range-checked,
 //! and a failure names the field (`param`).
 //!
 //! Checks that don't need the prompt run first ([`Sampling::check`]), so a bad request
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use kiln_engine::sample::SamplingParams;
 use kiln_engine::{GenerateRequest, StopConditions};
 
-use crate::error::ApiError;
+use crate::error::GenerateError;
 
 /// Most completions one request may ask for (`n`).
 pub const MAX_N: u32 = 16;
@@ -20,8 +20,8 @@ pub const MAX_LOGPROBS: u32 = 20;
 pub const MAX_STOP: usize = 4;
 
 /// The sampling fields the generation endpoints share, as sent.
-#[derive(Debug, Default)]
-pub struct SamplingFields<'a> {
+#[derive(Debug, Clone, Default)]
+pub struct SamplingFields {
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     pub top_k: Option<i32>,
@@ -29,7 +29,7 @@ pub struct SamplingFields<'a> {
     pub repetition_penalty: Option<f32>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
-    pub logit_bias: Option<&'a BTreeMap<String, f32>>,
+    pub logit_bias: Option<BTreeMap<String, f32>>,
     pub seed: Option<i64>,
     pub n: Option<u32>,
     /// vLLM's `best_of`: only equal to `n` is served.
@@ -40,42 +40,12 @@ pub struct SamplingFields<'a> {
     pub min_tokens: Option<u32>,
     pub ignore_eos: Option<bool>,
     pub stop: Option<Vec<String>>,
-    pub stop_token_ids: Option<&'a [u32]>,
+    pub stop_token_ids: Option<Vec<u32>>,
     /// Alternatives per token, already resolved from the endpoint's own fields.
     pub logprobs: Option<u32>,
     /// The field `logprobs` came from, for its error.
     pub logprobs_param: &'static str,
 }
-
-/// The [`SamplingFields`] of an OpenAI chat or completions request (both name these
-/// fields alike), with the two that differ per endpoint: `max_tokens` and `logprobs`,
-/// each with the field it came from.
-macro_rules! openai_sampling_fields {
-    ($req:expr, $max_tokens:expr, $max_tokens_param:expr, $logprobs:expr, $logprobs_param:expr) => {
-        $crate::validate::SamplingFields {
-            temperature: $req.temperature,
-            top_p: $req.top_p,
-            top_k: $req.top_k,
-            min_p: $req.min_p,
-            repetition_penalty: $req.repetition_penalty,
-            presence_penalty: $req.presence_penalty,
-            frequency_penalty: $req.frequency_penalty,
-            logit_bias: $req.logit_bias.as_ref(),
-            seed: $req.seed,
-            n: $req.n,
-            best_of: $req.best_of,
-            max_tokens: $max_tokens,
-            max_tokens_param: $max_tokens_param,
-            min_tokens: $req.min_tokens,
-            ignore_eos: $req.ignore_eos,
-            stop: $req.stop.clone().map(|s| s.into_vec()),
-            stop_token_ids: $req.stop_token_ids.as_deref(),
-            logprobs: $logprobs,
-            logprobs_param: $logprobs_param,
-        }
-    };
-}
-pub(crate) use openai_sampling_fields;
 
 /// Checked sampling settings, ready to be combined with a prompt.
 #[derive(Debug, Clone)]
@@ -89,7 +59,7 @@ pub struct Sampling {
 
 impl Sampling {
     /// Checks every field that doesn't depend on the prompt; `vocab_size` bounds token ids.
-    pub fn check(f: &SamplingFields<'_>, vocab_size: usize) -> Result<Self, ApiError> {
+    pub fn check(f: &SamplingFields, vocab_size: usize) -> Result<Self, GenerateError> {
         let temperature = f.temperature.unwrap_or(1.0);
         ensure(
             temperature.is_finite() && temperature >= 0.0,
@@ -116,7 +86,7 @@ impl Sampling {
         )?;
         let presence_penalty = penalty(f.presence_penalty, "presence_penalty")?;
         let frequency_penalty = penalty(f.frequency_penalty, "frequency_penalty")?;
-        let logit_bias = logit_bias(f.logit_bias, vocab_size)?;
+        let logit_bias = logit_bias(f.logit_bias.as_ref(), vocab_size)?;
 
         let n = f.n.unwrap_or(1);
         ensure((1..=MAX_N).contains(&n), "n", || {
@@ -134,7 +104,7 @@ impl Sampling {
         }
         let min_tokens = f.min_tokens.unwrap_or(0);
         if let Some(m) = f.max_tokens.filter(|&m| min_tokens > m) {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 "min_tokens",
                 format!(
                     "min_tokens ({min_tokens}) must not exceed {} ({m})",
@@ -152,9 +122,9 @@ impl Sampling {
         ensure(stop_strings.iter().all(|s| !s.is_empty()), "stop", || {
             "stop sequences must not be empty".into()
         })?;
-        let stop_token_ids = f.stop_token_ids.unwrap_or_default().to_vec();
+        let stop_token_ids = f.stop_token_ids.clone().unwrap_or_default();
         if let Some(bad) = stop_token_ids.iter().find(|&&t| t as usize >= vocab_size) {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 "stop_token_ids",
                 format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
             ));
@@ -208,9 +178,9 @@ impl Sampling {
         prompt: Vec<u32>,
         prompt_param: &str,
         max_model_len: usize,
-    ) -> Result<GenerateRequest, ApiError> {
+    ) -> Result<GenerateRequest, GenerateError> {
         if prompt.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 prompt_param,
                 "the prompt is empty (it has no tokens)",
             ));
@@ -218,7 +188,7 @@ impl Sampling {
         let room = max_model_len.saturating_sub(prompt.len());
         let max_tokens = self.max_tokens.unwrap_or(room);
         if max_tokens == 0 || prompt.len() + max_tokens > max_model_len {
-            return Err(ApiError::ContextLength {
+            return Err(GenerateError::ContextLength {
                 prompt: prompt.len(),
                 max_tokens: max_tokens.max(1),
                 max_model_len,
@@ -231,7 +201,7 @@ impl Sampling {
             });
         }
         if self.stop.min_tokens > max_tokens {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 "min_tokens",
                 format!(
                     "min_tokens ({}) is more than the {max_tokens} tokens left in the context",
@@ -255,15 +225,15 @@ impl Sampling {
     }
 }
 
-fn ensure(ok: bool, param: &str, msg: impl FnOnce() -> String) -> Result<(), ApiError> {
+fn ensure(ok: bool, param: &str, msg: impl FnOnce() -> String) -> Result<(), GenerateError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(param, msg()))
+        Err(GenerateError::invalid(param, msg()))
     }
 }
 
-fn penalty(v: Option<f32>, param: &str) -> Result<f32, ApiError> {
+fn penalty(v: Option<f32>, param: &str) -> Result<f32, GenerateError> {
     let v = v.unwrap_or(0.0);
     ensure((-2.0..=2.0).contains(&v), param, || {
         format!("{param} must be in [-2, 2], got {v}")
@@ -274,14 +244,14 @@ fn penalty(v: Option<f32>, param: &str) -> Result<f32, ApiError> {
 fn logit_bias(
     map: Option<&BTreeMap<String, f32>>,
     vocab_size: usize,
-) -> Result<Vec<(u32, f32)>, ApiError> {
+) -> Result<Vec<(u32, f32)>, GenerateError> {
     let Some(map) = map else {
         return Ok(Vec::new());
     };
     map.iter()
         .map(|(k, &bias)| {
             let id: u32 = k.trim().parse().map_err(|_| {
-                ApiError::invalid(
+                GenerateError::invalid(
                     "logit_bias",
                     format!("logit_bias keys must be token ids, got {k:?}"),
                 )
@@ -300,9 +270,9 @@ fn logit_bias(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_http::OpenAiError;
+    use kiln_api::ClassifiedError;
 
-    fn fields() -> SamplingFields<'static> {
+    fn fields() -> SamplingFields {
         SamplingFields {
             max_tokens_param: "max_tokens",
             logprobs_param: "logprobs",
@@ -310,7 +280,7 @@ mod tests {
         }
     }
 
-    fn param_of(f: SamplingFields<'_>) -> Option<String> {
+    fn param_of(f: SamplingFields) -> Option<String> {
         Sampling::check(&f, 100).err().and_then(|e| e.param())
     }
 
@@ -373,8 +343,7 @@ mod tests {
             .as_deref(),
             Some("stop")
         );
-        let bias: &'static BTreeMap<String, f32> =
-            Box::leak(Box::new([("100".to_string(), 1.0)].into()));
+        let bias: BTreeMap<String, f32> = [("100".to_string(), 1.0)].into();
         assert_eq!(
             param_of(SamplingFields {
                 logit_bias: Some(bias),
@@ -408,7 +377,7 @@ mod tests {
         let r = s.request(vec![1; 10], "prompt", 64).expect("fits");
         assert_eq!(r.stop.max_tokens, 54);
         match s.request(vec![1; 64], "prompt", 64) {
-            Err(ApiError::ContextLength {
+            Err(GenerateError::ContextLength {
                 prompt: 64, param, ..
             }) => assert_eq!(param, "prompt"),
             other => panic!("{other:?}"),
@@ -422,7 +391,7 @@ mod tests {
         )
         .expect("valid");
         match s.request(vec![1; 10], "prompt", 64) {
-            Err(e @ ApiError::ContextLength { .. }) => {
+            Err(e @ GenerateError::ContextLength { .. }) => {
                 let m = e.to_string();
                 assert!(
                     m.contains("10 tokens")

@@ -2,49 +2,51 @@
 //! text-classification model served (NanoGuard). A batch holds several callers' texts,
 //! so each caller is metered for its own (the classifier's neurons), not the batch.
 
-use std::sync::Weak;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use kiln_guard::{GuardError, InjectionModel};
 use kiln_host::ModelKind;
 use kiln_usage::{Caller, UsageRecord};
 
-use crate::error::ApiError;
-use crate::routes::admit;
-use crate::state::{AppState, Inner};
+use crate::error::GenerateError;
+use crate::generator::{admit, Generator};
 
 /// The class whose probability is the injection risk.
 const INJECTION_LABEL: &str = "injection";
 
-/// Holds the state weakly: the state owns the firewall, which owns this.
-pub(crate) struct ServerClassifier(pub Weak<Inner>);
+/// The generator as the firewall's injection classifier.
+pub struct InjectionClassifier(pub Arc<Generator>);
 
-fn model_error(e: ApiError) -> GuardError {
+fn model_error(e: GenerateError) -> GuardError {
     GuardError::Model(e.to_string())
 }
 
-impl InjectionModel for ServerClassifier {
+impl InjectionModel for InjectionClassifier {
     fn injection(
         &self,
         items: Vec<(Caller, String)>,
     ) -> BoxFuture<'static, Result<Vec<f32>, GuardError>> {
-        let state = self.0.upgrade().map(AppState::from_inner);
+        let generator = self.0.clone();
         Box::pin(async move {
-            let state =
-                state.ok_or_else(|| GuardError::Model("the server is shutting down".into()))?;
-            let hosted = state
+            let hosted = generator
                 .resolve_for(None, ModelKind::Classify)
                 .map_err(model_error)?;
-            let lease = state.lease_unmetered(hosted).await.map_err(model_error)?;
+            let lease = generator
+                .lease_unmetered(hosted)
+                .await
+                .map_err(model_error)?;
             let classifier = lease.classifier().map_err(|e| model_error(e.into()))?;
             let permit = admit(lease.hosted(), 1, false).map_err(model_error)?;
             let (model, parameters) = (lease.hosted().name.clone(), lease.model().parameters());
             let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
             let scored = classifier
-                .run::<_, ApiError, _>(lease, permit, move |m| {
+                .run::<_, GenerateError, _>(lease, permit, move |m| {
                     let pieces = m
                         .classify_pieces(&texts, kiln_encoder::Precision::Int8)
-                        .map_err(|e| ApiError::Internal(format!("the classifier failed: {e}")))?;
+                        .map_err(|e| {
+                            GenerateError::Internal(format!("the classifier failed: {e}"))
+                        })?;
                     let scored: Vec<(f32, usize)> = pieces
                         .iter()
                         .map(|ps| {
@@ -64,7 +66,7 @@ impl InjectionModel for ServerClassifier {
                 })
                 .await
                 .map_err(model_error)?;
-            if let Some(meter) = state.meter() {
+            if let Some(meter) = generator.meter() {
                 for ((caller, _), &(_, tokens)) in items.iter().zip(&scored) {
                     meter.record(UsageRecord {
                         key_id: caller.key_id.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-/// Fires the deadline (held by the server's run loop through [`crate::state::AppState`]).
+/// Fires the deadline (held by the [`crate::Generator`], fired by the server's run loop).
 pub struct Cutoff {
     fired: watch::Sender<bool>,
     cut: Arc<AtomicUsize>,

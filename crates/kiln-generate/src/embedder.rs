@@ -1,80 +1,49 @@
-//! Vector stores' [`Embedder`] over the server's first embedding model: leases,
-//! admission, the encoder's turn queue and metering, exactly as `/v1/embeddings` gets
-//! them; ingestion is metered as background (batch) usage.
+//! Vector stores' [`Embedder`] over the first embedding model served: leases, admission,
+//! the encoder's turn queue and metering, exactly as `/v1/embeddings` gets them;
+//! ingestion is metered as background (batch) usage.
 
 use std::ops::Range;
-use std::path::Path;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use kiln_files::FileStore;
+use kiln_api::{ClassifiedError, ErrorKind};
 use kiln_host::{Lease, ModelKind};
-use kiln_http::OpenAiError;
-use kiln_rag::{EmbedError, Embedder, EmbedderInfo, VectorStores};
+use kiln_rag::{EmbedError, Embedder, EmbedderInfo};
 use kiln_usage::Caller;
-use kiln_vectors::VectorDb;
 
-use crate::error::{ApiError, Result};
-use crate::lease::{CallContext, RequestClass};
-use crate::routes::admit;
-use crate::state::{AppState, Inner};
+use crate::call::{Call, RequestClass};
+use crate::error::GenerateError;
+use crate::generator::{admit, Generator};
 
-/// The vector stores' directory in the data directory.
-pub const VECTOR_STORES_DIR: &str = "vector_stores";
+/// The generator as the vector stores' embedder.
+pub struct StoreEmbedder(pub Arc<Generator>);
 
-/// Serves vector stores on `state` from `dir`, over `vectors` and `files` (call on the
-/// runtime, before serving).
-pub fn enable_vector_stores(
-    state: &AppState,
-    dir: &Path,
-    vectors: VectorDb,
-    files: Arc<FileStore>,
-) -> Result<()> {
-    let embedder = Arc::new(ServerEmbedder(state.downgrade()));
-    let stores = VectorStores::open(
-        &dir.join(VECTOR_STORES_DIR),
-        vectors,
-        files,
-        embedder,
-        Default::default(),
-    )?;
-    stores.start();
-    state.set_vector_stores(stores);
-    Ok(())
-}
-
-/// Holds the state weakly: the state owns the vector stores, which own this.
-struct ServerEmbedder(Weak<Inner>);
-
-impl ServerEmbedder {
+impl StoreEmbedder {
     /// A lease on the embedding model for `caller`.
     fn lease(
         &self,
         caller: Caller,
         class: RequestClass,
-    ) -> impl std::future::Future<Output = std::result::Result<Lease, EmbedError>> + 'static {
-        let state = self.0.upgrade().map(AppState::from_inner);
+    ) -> impl std::future::Future<Output = Result<Lease, EmbedError>> + 'static {
+        let generator = self.0.clone();
         async move {
-            let state =
-                state.ok_or_else(|| EmbedError::Model("the server is shutting down".into()))?;
-            let hosted = state.resolve_for(None, ModelKind::Embed).map_err(|e| {
+            let hosted = generator.resolve_for(None, ModelKind::Embed).map_err(|e| {
                 EmbedError::Input(format!(
                     "vector stores need an embedding model and this server serves none ({e}); \
                      start it with --model all-minilm-l6-v2"
                 ))
             })?;
-            let ctx = CallContext {
-                caller,
-                warmth: Default::default(),
-                class,
-            };
-            state.lease_hosted(hosted, &ctx).await.map_err(embed_error)
+            let call = Call::new(caller, class);
+            generator
+                .lease_hosted(hosted, &call)
+                .await
+                .map_err(embed_error)
         }
     }
 }
 
-impl Embedder for ServerEmbedder {
-    fn info(&self) -> BoxFuture<'static, std::result::Result<EmbedderInfo, EmbedError>> {
+impl Embedder for StoreEmbedder {
+    fn info(&self) -> BoxFuture<'static, Result<EmbedderInfo, EmbedError>> {
         let lease = self.lease(Caller::anonymous(), RequestClass::Interactive);
         Box::pin(async move {
             let lease = lease.await?;
@@ -90,7 +59,7 @@ impl Embedder for ServerEmbedder {
     fn token_spans(
         &self,
         text: Arc<str>,
-    ) -> BoxFuture<'static, std::result::Result<Vec<Range<usize>>, EmbedError>> {
+    ) -> BoxFuture<'static, Result<Vec<Range<usize>>, EmbedError>> {
         let lease = self.lease(Caller::anonymous(), RequestClass::Batch);
         Box::pin(async move {
             let lease = lease.await?;
@@ -111,7 +80,7 @@ impl Embedder for ServerEmbedder {
         caller: &Caller,
         texts: Vec<String>,
         background: bool,
-    ) -> BoxFuture<'static, std::result::Result<Vec<Vec<f32>>, EmbedError>> {
+    ) -> BoxFuture<'static, Result<Vec<Vec<f32>>, EmbedError>> {
         let class = if background {
             RequestClass::Batch
         } else {
@@ -122,10 +91,10 @@ impl Embedder for ServerEmbedder {
             let lease = lease.await?;
             let e = lease.embedder().map_err(|e| embed_error(e.into()))?;
             let permit = admit(lease.hosted(), 1, false).map_err(embed_error)?;
-            e.run::<_, ApiError, _>(lease, permit, move |m| {
+            e.run::<_, GenerateError, _>(lease, permit, move |m| {
                 let out = m
                     .embed(&texts, true)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                    .map_err(|e| GenerateError::Internal(e.to_string()))?;
                 let tokens = out.total_tokens();
                 Ok((out.vectors, tokens))
             })
@@ -136,10 +105,12 @@ impl Embedder for ServerEmbedder {
 }
 
 /// A client-side failure (4xx) is the input's fault; anything else the model's.
-fn embed_error(e: ApiError) -> EmbedError {
-    if e.status().is_client_error() {
-        EmbedError::Input(e.to_string())
-    } else {
-        EmbedError::Model(e.to_string())
+fn embed_error(e: GenerateError) -> EmbedError {
+    let message = e.safe_message();
+    match e.error_kind() {
+        ErrorKind::Internal | ErrorKind::Unavailable | ErrorKind::Upstream => {
+            EmbedError::Model(message)
+        }
+        _ => EmbedError::Input(message),
     }
 }

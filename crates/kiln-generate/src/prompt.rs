@@ -1,26 +1,17 @@
 //! Prompts → token ids: chat messages through the model's chat template, and plain text.
-//!
-//! Tokenizing and rendering are synchronous CPU work; [`blocking`] runs them off the
-//! async workers so a long prompt doesn't stall other connections.
+//! Tokenizing and rendering are synchronous CPU work; callers run them through
+//! [`crate::generator::blocking`].
 
 use kiln_api::chat::{ChatMessage, ContentPart, MessageContent};
 use kiln_constrain::{ToolDef, ToolFormat};
 use kiln_engine::ServingModel;
 use kiln_tokenizer as tok;
 
-use crate::error::ApiError;
-
-/// Runs `f` on the blocking pool.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("tokenizer task failed: {e}")))?
-}
+use crate::error::GenerateError;
 
 /// What a request gives as input, when it may send a raw `prompt` or chat `messages`.
-pub enum PromptInput {
+#[derive(Debug, Clone)]
+pub enum PromptOrMessages {
     Text(String),
     Messages(Vec<ChatMessage>),
 }
@@ -29,18 +20,18 @@ pub enum PromptInput {
 pub fn prompt_or_messages(
     prompt: Option<String>,
     messages: Option<Vec<ChatMessage>>,
-) -> Result<PromptInput, ApiError> {
+) -> Result<PromptOrMessages, GenerateError> {
     match (prompt, messages) {
-        (Some(_), Some(_)) => Err(ApiError::invalid(
+        (Some(_), Some(_)) => Err(GenerateError::invalid(
             "prompt",
             "send either `prompt` or `messages`, not both",
         )),
-        (None, None) => Err(ApiError::invalid(
+        (None, None) => Err(GenerateError::invalid(
             "prompt",
             "`prompt` or `messages` is required",
         )),
-        (Some(p), None) => Ok(PromptInput::Text(p)),
-        (None, Some(m)) => Ok(PromptInput::Messages(m)),
+        (Some(p), None) => Ok(PromptOrMessages::Text(p)),
+        (None, Some(m)) => Ok(PromptOrMessages::Messages(m)),
     }
 }
 
@@ -49,9 +40,9 @@ pub fn prompt_or_messages(
 pub fn to_template_messages(
     messages: &[ChatMessage],
     param: &str,
-) -> Result<Vec<tok::ChatMessage>, ApiError> {
+) -> Result<Vec<tok::ChatMessage>, GenerateError> {
     if messages.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(GenerateError::invalid(
             param,
             format!("`{param}` must contain at least one message"),
         ));
@@ -69,7 +60,7 @@ pub fn to_template_messages(
                         .enumerate()
                         .map(|(j, p)| match p {
                             ContentPart::Text { text } => Ok(tok::ContentPart::text(text.clone())),
-                            _ => Err(ApiError::invalid(
+                            _ => Err(GenerateError::invalid(
                                 format!("{param}[{i}].content[{j}]"),
                                 "only text content parts are supported by this server",
                             )),
@@ -79,7 +70,8 @@ pub fn to_template_messages(
             };
             let tool_calls = match &m.tool_calls {
                 Some(calls) => Some(
-                    serde_json::to_value(calls).map_err(|e| ApiError::Internal(e.to_string()))?,
+                    serde_json::to_value(calls)
+                        .map_err(|e| GenerateError::Internal(e.to_string()))?,
                 ),
                 None => None,
             };
@@ -103,7 +95,7 @@ pub fn with_tools(
     messages: Vec<tok::ChatMessage>,
     tools: Option<&[ToolDef]>,
     format: ToolFormat,
-) -> Result<(Vec<tok::ChatMessage>, Option<serde_json::Value>), ApiError> {
+) -> Result<(Vec<tok::ChatMessage>, Option<serde_json::Value>), GenerateError> {
     let native = model
         .tokenizer
         .chat_template()
@@ -133,7 +125,7 @@ pub fn chat(
     tools: Option<&serde_json::Value>,
     add_generation_prompt: bool,
     param: &str,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<Vec<u32>, GenerateError> {
     let text = render(model, messages, tools, add_generation_prompt, param)?;
     encode_rendered(model, &text)
 }
@@ -145,9 +137,9 @@ pub fn render(
     tools: Option<&serde_json::Value>,
     add_generation_prompt: bool,
     param: &str,
-) -> Result<String, ApiError> {
+) -> Result<String, GenerateError> {
     let template = model.chat_template.as_ref().ok_or_else(|| {
-        ApiError::invalid(
+        GenerateError::invalid(
             param,
             format!(
                 "model `{}` has no chat template; send a plain prompt to /v1/completions instead",
@@ -162,13 +154,13 @@ pub fn render(
             add_generation_prompt,
             extra: None,
         })
-        .map_err(|e| ApiError::invalid(param, format!("cannot apply the chat template: {e}")))
+        .map_err(|e| GenerateError::invalid(param, format!("cannot apply the chat template: {e}")))
 }
 
 /// Tokenizes a rendered conversation: control-token text (`<|im_start|>`) becomes those
 /// tokens, and BOS is added only if the model wants one and the template didn't write
 /// it already.
-pub fn encode_rendered(model: &ServingModel, text: &str) -> Result<Vec<u32>, ApiError> {
+pub fn encode_rendered(model: &ServingModel, text: &str) -> Result<Vec<u32>, GenerateError> {
     let t = &model.tokenizer;
     let bos_written = t
         .bos_id()
@@ -183,17 +175,17 @@ pub fn encode(
     text: &str,
     add_special: bool,
     param: &str,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<Vec<u32>, GenerateError> {
     model
         .tokenizer
         .encode(text, add_special, true)
-        .map_err(|e| ApiError::invalid(param, format!("cannot tokenize the prompt: {e}")))
+        .map_err(|e| GenerateError::invalid(param, format!("cannot tokenize the prompt: {e}")))
 }
 
 /// Checks that token ids given directly are in the vocabulary.
-pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
+pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), GenerateError> {
     match ids.iter().find(|&&t| t as usize >= vocab_size) {
-        Some(bad) => Err(ApiError::invalid(
+        Some(bad) => Err(GenerateError::invalid(
             param,
             format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
         )),

@@ -1,21 +1,21 @@
 //! Checks and errors of encoder requests (embeddings, text classification): how many
 //! inputs a request may carry, and an encoder's input error as the request's 400.
 
-use crate::error::ApiError;
+use crate::error::GenerateError;
 
 /// Most inputs one request may carry (OpenAI's limit for embeddings).
 pub const MAX_INPUTS: usize = 2048;
 
 /// Checks the number of inputs of a request (`param` names the field).
-pub fn check_count(n: usize, param: &str) -> Result<(), ApiError> {
+pub fn check_count(n: usize, param: &str) -> Result<(), GenerateError> {
     if n == 0 {
-        return Err(ApiError::invalid(
+        return Err(GenerateError::invalid(
             param,
             format!("`{param}` must contain at least one text"),
         ));
     }
     if n > MAX_INPUTS {
-        return Err(ApiError::invalid(
+        return Err(GenerateError::invalid(
             param,
             format!("`{param}` has {n} texts; at most {MAX_INPUTS} are allowed per request"),
         ));
@@ -31,7 +31,7 @@ pub fn input_error(
     param: &str,
     single: bool,
     truncate_field: &str,
-) -> ApiError {
+) -> GenerateError {
     let which = |index: usize| {
         if single {
             format!("`{param}`")
@@ -40,7 +40,7 @@ pub fn input_error(
         }
     };
     match e {
-        kiln_encoder::Error::InputTooLong { index, tokens, max } => ApiError::invalid(
+        kiln_encoder::Error::InputTooLong { index, tokens, max } => GenerateError::invalid(
             param,
             format!(
                 "{} has {tokens} tokens, more than this model's maximum of {max}; \
@@ -48,18 +48,18 @@ pub fn input_error(
                 which(index)
             ),
         ),
-        kiln_encoder::Error::Tokenize { index, message } => ApiError::invalid(
+        kiln_encoder::Error::Tokenize { index, message } => GenerateError::invalid(
             param,
             format!("cannot tokenize {}: {message}", which(index)),
         ),
-        other => ApiError::Internal(other.to_string()),
+        other => GenerateError::Internal(other.to_string()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_http::OpenAiError;
+    use kiln_api::ClassifiedError;
 
     #[test]
     fn counts_and_errors_name_the_field() {

@@ -1,78 +1,55 @@
-//! The Responses API's and the agents' model rounds, run as chat completions:
-//! `kiln-responses`' [`ChatRunner`] over [`routes::chat::start`], streaming text and
-//! parsed tool calls, and its `file_search` over the vector stores; and setting both
-//! services up on a server's state.
+//! The Responses API's and the agents' model rounds: `kiln-responses`' [`ChatRunner`]
+//! over [`Generator::chat`], streaming text and parsed tool calls, and its
+//! `file_search` over the vector stores.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use kiln_agents::{Agents, ScheduleLimits};
 use kiln_api::chat::ChatCompletionRequest;
 use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
 use kiln_host::{Generation, ModelKind};
-use kiln_http::OpenAiError;
-use kiln_rag::{Hit, Search};
-use kiln_responses::{
-    ChatRunner, ChatTurn, Finish, GenError, Limits, ResponseStore, Responses, TurnEvent, TurnUsage,
-};
+use kiln_rag::{Hit, Search, VectorStores};
+use kiln_responses::{ChatRunner, ChatTurn, Finish, GenError, TurnEvent, TurnUsage};
 use kiln_usage::Caller;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::ApiError;
-use crate::lease::CallContext;
-use crate::routes::chat::{self, ChatStart};
-use crate::state::{AppState, Inner};
+use crate::call::{Call, RequestClass};
+use crate::chat::{ChatRequest, ChatStream};
+use crate::error::GenerateError;
+use crate::generator::Generator;
 
-/// Runs chat turns on the server's models. Holds the state weakly: the state owns the
-/// Responses service, which owns this.
-pub struct ServerChat(Weak<Inner>);
-
-/// Serves the Responses API on `state` from `store` (call before serving, once; a
-/// later call changes nothing): the service.
-pub fn enable_responses(state: &AppState, store: ResponseStore, limits: Limits) -> Arc<Responses> {
-    let chat = Arc::new(ServerChat(state.downgrade()));
-    let responses = Responses::new(Arc::new(store), chat, limits);
-    state.set_responses(responses.clone());
-    responses
+/// Runs chat rounds on the generator; searches `stores` for `file_search`, when the
+/// server has vector stores.
+pub struct Rounds {
+    generator: Arc<Generator>,
+    stores: Option<VectorStores>,
 }
 
-/// Serves agents on `state` from files under `dir` and starts their alarms (call on
-/// the runtime, before serving): the schedules armed, or `None` if already set up.
-pub fn enable_agents(
-    state: &AppState,
-    dir: PathBuf,
-    limits: Limits,
-    schedules: ScheduleLimits,
-) -> Option<usize> {
-    let chat = Arc::new(ServerChat(state.downgrade()));
-    let agents = Agents::new(dir, chat, limits, schedules);
-    state.set_agents(agents.clone()).then(|| agents.start())
+impl Rounds {
+    pub fn new(generator: Arc<Generator>, stores: Option<VectorStores>) -> Self {
+        Self { generator, stores }
+    }
 }
 
-impl ChatRunner for ServerChat {
+impl ChatRunner for Rounds {
     fn start(
         &self,
         caller: &Caller,
         request: ChatCompletionRequest,
     ) -> BoxFuture<'static, Result<ChatTurn, GenError>> {
-        let state = self.0.upgrade().map(AppState::from_inner);
-        let ctx = CallContext {
-            caller: caller.clone(),
-            warmth: Default::default(),
-            class: Default::default(),
-        };
+        let generator = self.generator.clone();
+        let call = Call::new(caller.clone(), RequestClass::Interactive);
         Box::pin(async move {
-            let state = state.ok_or_else(|| gen_error(ApiError::ShuttingDown))?;
-            let started = chat::start(&state, &request, &ctx)
+            let started = generator
+                .chat(ChatRequest::from_openai(&request), &call)
                 .await
-                .map_err(gen_error)?;
+                .map_err(|e| GenError::classified(&e))?;
             let model = started.hosted.name.clone();
             let (tx, events) = mpsc::channel(64);
             let (metered, usage) = oneshot::channel();
-            tokio::spawn(pump(started, state, tx, metered));
+            tokio::spawn(pump(started, generator, tx, metered));
             Ok(ChatTurn {
                 model,
                 events,
@@ -82,16 +59,15 @@ impl ChatRunner for ServerChat {
     }
 
     fn check_model(&self, model: &str) -> Result<(), GenError> {
-        let state = self
-            .0
-            .upgrade()
-            .map(AppState::from_inner)
-            .ok_or_else(|| gen_error(ApiError::ShuttingDown))?;
-        let (model, _) = state.split_adapter(Some(model), None).map_err(gen_error)?;
-        state
+        let classified = |e: GenerateError| GenError::classified(&e);
+        let (model, _) = self
+            .generator
+            .split_adapter(Some(model), None)
+            .map_err(classified)?;
+        self.generator
             .resolve_for(model, ModelKind::Generate)
             .map(drop)
-            .map_err(gen_error)
+            .map_err(classified)
     }
 
     fn file_search(
@@ -100,25 +76,23 @@ impl ChatRunner for ServerChat {
         store_ids: Vec<String>,
         search: Search,
     ) -> BoxFuture<'static, Result<Vec<Hit>, GenError>> {
-        let state = self.0.upgrade().map(AppState::from_inner);
+        let stores = self.stores.clone();
         let caller = caller.clone();
         Box::pin(async move {
-            let state = state.ok_or_else(|| gen_error(ApiError::ShuttingDown))?;
-            let stores = state.vector_stores().map_err(gen_error)?.clone();
+            let Some(stores) = stores else {
+                return Err(GenError {
+                    kind: kiln_api::ErrorKind::Unavailable,
+                    ..GenError::new(
+                        "store_unavailable",
+                        "vector stores need a data directory; start the server with --data-dir",
+                    )
+                });
+            };
             stores
                 .search(&caller, &store_ids, &search)
                 .await
-                .map_err(|e| gen_error(e.into()))
+                .map_err(|e| GenError::classified(&e))
         })
-    }
-}
-
-/// The runner's error for `e`, which the route maps back to `e` itself.
-pub fn gen_error(e: ApiError) -> GenError {
-    GenError {
-        code: e.code().into(),
-        message: e.to_string(),
-        source: Some(Box::new(e)),
     }
 }
 
@@ -127,25 +101,26 @@ pub fn gen_error(e: ApiError) -> GenError {
 /// usage the generation meters as it is dropped. Tool calls come from `kiln-constrain`'s
 /// parser, whose events are already the turn's shape.
 async fn pump(
-    started: ChatStart,
-    state: AppState,
+    started: ChatStream,
+    generator: Arc<Generator>,
     tx: mpsc::Sender<TurnEvent>,
     metered: oneshot::Sender<TurnUsage>,
 ) {
-    let ChatStart {
-        mut gen,
-        parse_tools,
+    let ChatStream {
+        mut generation,
+        tools,
         ..
     } = started;
-    let last = forward(&mut gen, parse_tools.map(ToolCallParser::new), &state, &tx).await;
-    let u = gen.usage();
+    let parser = tools.map(ToolCallParser::new);
+    let last = forward(&mut generation, parser, &generator, &tx).await;
+    let u = generation.usage();
     let usage = TurnUsage {
         prompt: u.prompt,
         cached: u.cached,
         completion: u.completion,
     };
     // The usage is metered here, with the same figures.
-    drop(gen);
+    drop(generation);
     let _ = metered.send(usage);
     let last = match last {
         Some(Ok(length)) => TurnEvent::Finished(Finish { length, usage }),
@@ -161,15 +136,17 @@ async fn pump(
 async fn forward(
     gen: &mut Generation,
     mut parser: Option<ToolCallParser>,
-    state: &AppState,
+    generator: &Generator,
     tx: &mpsc::Sender<TurnEvent>,
 ) -> Option<Result<bool, GenError>> {
     let mut parsed = Vec::new();
-    let mut cutoff = state.cutoff();
+    let mut cutoff = generator.cutoff();
     loop {
         let ev = tokio::select! {
             ev = gen.next() => ev,
-            () = cutoff.passed() => return Some(Err(gen_error(ApiError::ShutdownCut))),
+            () = cutoff.passed() => {
+                return Some(Err(GenError::classified(&GenerateError::ShutdownCut)))
+            }
             () = tx.closed() => return None,
         };
         let ev = ev?;
@@ -194,7 +171,7 @@ async fn forward(
         }
         if let Some(reason) = end {
             return Some(match gen.failure(reason) {
-                Some(e) => Err(gen_error(ApiError::from(e))),
+                Some(e) => Err(GenError::classified(&GenerateError::from(e))),
                 None => Ok(reason == FinishReason::Length),
             });
         }

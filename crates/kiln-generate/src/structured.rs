@@ -1,7 +1,7 @@
 //! Structured-output and tool fields → a compiled constraint for the engine.
 //!
-//! This module only maps the API's fields to `kiln-constrain`'s grammar specs and its
-//! errors to 400s naming the field; grammars, tool formats and output parsing live in
+//! This module only maps the request's fields to `kiln-constrain`'s grammar specs and
+//! its errors to 400s naming the field; grammars, tool formats and output parsing live in
 //! `kiln-constrain`.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use kiln_constrain::{GrammarSpec, ToolCallSpec, ToolDef, ToolFormat, ToolMode};
 use kiln_engine::{ConstraintFactory, ServingModel};
 use kiln_host::HostedModel;
 
-use crate::error::ApiError;
-use crate::prompt::blocking;
+use crate::error::GenerateError;
+use crate::generator::blocking;
 
 /// The grammar a request's output must follow, and the field it came from.
 pub struct OutputGrammar {
@@ -26,7 +26,7 @@ pub fn output_grammar(
     response_format: Option<&ResponseFormat>,
     structured: Option<&StructuredOutputs>,
     guided: &GuidedFields,
-) -> Result<Option<OutputGrammar>, ApiError> {
+) -> Result<Option<OutputGrammar>, GenerateError> {
     let mut found: Vec<OutputGrammar> = Vec::new();
     if let Some(rf) = response_format {
         if let Some(spec) = response_format_spec(rf)? {
@@ -55,7 +55,7 @@ pub fn output_grammar(
             specs.push(GrammarSpec::JsonObject);
         }
         if specs.len() > 1 {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 "structured_outputs",
                 "structured_outputs takes exactly one of json, regex, choice, grammar and json_object",
             ));
@@ -91,7 +91,7 @@ pub fn output_grammar(
     }
     if found.len() > 1 {
         let names: Vec<&str> = found.iter().map(|g| g.param).collect();
-        return Err(ApiError::invalid(
+        return Err(GenerateError::invalid(
             found[1].param,
             format!(
                 "only one output constraint may be given, got {}",
@@ -102,19 +102,19 @@ pub fn output_grammar(
     Ok(found.pop())
 }
 
-fn response_format_spec(rf: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiError> {
+fn response_format_spec(rf: &ResponseFormat) -> Result<Option<GrammarSpec>, GenerateError> {
     match rf.kind.as_str() {
         "text" => Ok(None),
         "json_object" => Ok(Some(GrammarSpec::JsonObject)),
         "json_schema" => {
             let js = rf.json_schema.as_ref().ok_or_else(|| {
-                ApiError::invalid(
+                GenerateError::invalid(
                     "response_format.json_schema",
                     "response_format of type `json_schema` needs a `json_schema` object",
                 )
             })?;
             if js.name.is_empty() {
-                return Err(ApiError::invalid(
+                return Err(GenerateError::invalid(
                     "response_format.json_schema.name",
                     "json_schema.name must not be empty",
                 ));
@@ -124,7 +124,7 @@ fn response_format_spec(rf: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiE
                 Some(schema) => json_spec(schema, "response_format.json_schema.schema").map(Some),
             }
         }
-        other => Err(ApiError::invalid(
+        other => Err(GenerateError::invalid(
             "response_format.type",
             format!(
                 "response_format type `{other}` does not exist; use `text`, `json_object` or `json_schema`"
@@ -134,20 +134,28 @@ fn response_format_spec(rf: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiE
 }
 
 /// A JSON schema given as an object (or, as vLLM allows, a string holding one).
-fn json_spec(schema: &serde_json::Value, param: &str) -> Result<GrammarSpec, ApiError> {
+fn json_spec(schema: &serde_json::Value, param: &str) -> Result<GrammarSpec, GenerateError> {
     let schema = match schema {
         serde_json::Value::String(s) => serde_json::from_str(s).map_err(|e| {
-            ApiError::invalid(param, format!("the JSON schema string is not JSON: {e}"))
+            GenerateError::invalid(param, format!("the JSON schema string is not JSON: {e}"))
         })?,
         serde_json::Value::Object(_) | serde_json::Value::Bool(_) => schema.clone(),
-        _ => return Err(ApiError::invalid(param, "a JSON schema must be an object")),
+        _ => {
+            return Err(GenerateError::invalid(
+                param,
+                "a JSON schema must be an object",
+            ))
+        }
     };
     Ok(GrammarSpec::JsonSchema(schema))
 }
 
-fn choice_spec(choices: &[String], param: &str) -> Result<GrammarSpec, ApiError> {
+fn choice_spec(choices: &[String], param: &str) -> Result<GrammarSpec, GenerateError> {
     if choices.is_empty() {
-        return Err(ApiError::invalid(param, "the list of choices is empty"));
+        return Err(GenerateError::invalid(
+            param,
+            "the list of choices is empty",
+        ));
     }
     Ok(GrammarSpec::Choice(choices.to_vec()))
 }
@@ -166,13 +174,13 @@ pub fn tool_request(
     tool_choice: Option<&serde_json::Value>,
     parallel: Option<bool>,
     format: ToolFormat,
-) -> Result<Option<ToolRequest>, ApiError> {
+) -> Result<Option<ToolRequest>, GenerateError> {
     let tools = tools.unwrap_or_default();
     if tools.is_empty() {
         return match tool_choice {
             None => Ok(None),
             Some(serde_json::Value::String(s)) if s == "none" => Ok(None),
-            Some(_) => Err(ApiError::invalid(
+            Some(_) => Err(GenerateError::invalid(
                 "tool_choice",
                 "tool_choice is only allowed when `tools` are declared",
             )),
@@ -181,7 +189,7 @@ pub fn tool_request(
     let mut defs = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
         if t.kind != "function" {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 format!("tools[{i}].type"),
                 format!("tool type `{}` is not supported; use `function`", t.kind),
             ));
@@ -192,13 +200,13 @@ pub fn tool_request(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 format!("tools[{i}].function.name"),
                 format!("function name `{name}` must be non-empty and use only a-z, A-Z, 0-9, `_` and `-`"),
             ));
         }
         if defs.iter().any(|d: &ToolDef| &d.name == name) {
-            return Err(ApiError::invalid(
+            return Err(GenerateError::invalid(
                 format!("tools[{i}].function.name"),
                 format!("function `{name}` is declared twice"),
             ));
@@ -207,7 +215,7 @@ pub fn tool_request(
             None => serde_json::json!({"type": "object", "properties": {}}),
             Some(p) if p.is_object() => p.clone(),
             Some(_) => {
-                return Err(ApiError::invalid(
+                return Err(GenerateError::invalid(
                     format!("tools[{i}].function.parameters"),
                     "function parameters must be a JSON schema object",
                 ))
@@ -229,7 +237,7 @@ pub fn tool_request(
             "auto" => ToolMode::Auto,
             "required" => ToolMode::Required,
             other => {
-                return Err(ApiError::invalid(
+                return Err(GenerateError::invalid(
                     "tool_choice",
                     format!(
                         "tool_choice `{other}` does not exist; use `none`, `auto`, `required` or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
@@ -244,13 +252,13 @@ pub fn tool_request(
                 .and_then(|n| n.as_str())
                 .filter(|_| v.get("type").and_then(|t| t.as_str()) == Some("function"))
                 .ok_or_else(|| {
-                    ApiError::invalid(
+                    GenerateError::invalid(
                         "tool_choice",
                         "tool_choice must be `none`, `auto`, `required` or {\"type\": \"function\", \"function\": {\"name\": ...}}",
                     )
                 })?;
             if !defs.iter().any(|d| d.name == name) {
-                return Err(ApiError::invalid(
+                return Err(GenerateError::invalid(
                     "tool_choice.function.name",
                     format!("tool_choice names function `{name}`, which is not in `tools`"),
                 ));
@@ -274,9 +282,9 @@ pub fn tool_request(
 pub fn request_grammar(
     output: Option<OutputGrammar>,
     tools: Option<&ToolRequest>,
-) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
+) -> Result<Option<(GrammarSpec, &'static str)>, GenerateError> {
     match (output, tools.and_then(|t| t.spec.clone())) {
-        (Some(o), Some(_)) => Err(ApiError::invalid(
+        (Some(o), Some(_)) => Err(GenerateError::invalid(
             o.param,
             "an output format can't be combined with tool calls; send `tool_choice: \"none\"` or drop the output format",
         )),
@@ -298,15 +306,15 @@ pub async fn compile(
     model: &Arc<ServingModel>,
     spec: GrammarSpec,
     param: &'static str,
-) -> Result<Arc<dyn ConstraintFactory>, ApiError> {
+) -> Result<Arc<dyn ConstraintFactory>, GenerateError> {
     let (hosted, model) = (hosted.clone(), model.clone());
     blocking(move || {
         let env = hosted.constraint_env(&model)?;
         env.compile(&spec).map_err(|e| match e {
             kiln_constrain::Error::Grammar(msg) => {
-                ApiError::invalid(param, format!("invalid `{param}`: {msg}"))
+                GenerateError::invalid(param, format!("invalid `{param}`: {msg}"))
             }
-            other => ApiError::Internal(other.to_string()),
+            other => GenerateError::Internal(other.to_string()),
         })
     })
     .await
