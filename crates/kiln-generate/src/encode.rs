@@ -64,6 +64,34 @@ pub struct EncodeInput {
     pub truncate_field: &'static str,
 }
 
+/// How an encoder's error about the input names the request's fields.
+#[derive(Clone, Copy)]
+struct InputNames {
+    param: &'static str,
+    single: bool,
+    truncate_field: &'static str,
+}
+
+impl InputNames {
+    fn error(self, e: kiln_encoder::Error) -> GenerateError {
+        input_error(e, self.param, self.single, self.truncate_field)
+    }
+}
+
+impl EncodeInput {
+    /// The texts, whether to truncate them to the model's maximum `max`, and the names
+    /// their errors use.
+    fn split(self, max: usize) -> Result<(Vec<String>, bool, InputNames)> {
+        let truncate = self.truncation.resolve(max)?;
+        let names = InputNames {
+            param: self.param,
+            single: self.single,
+            truncate_field: self.truncate_field,
+        };
+        Ok((self.texts, truncate, names))
+    }
+}
+
 /// One embeddings request, typed.
 #[derive(Clone)]
 pub struct EmbedRequest {
@@ -111,21 +139,12 @@ impl Generator {
                 ),
             ));
         }
-        let EncodeInput {
-            texts,
-            param,
-            single,
-            truncation,
-            truncate_field,
-        } = req.input;
-        let truncate = truncation.resolve(max)?;
+        let (texts, truncate, names) = req.input.split(max)?;
         let model = lease.hosted().name.clone();
         let permit = admit(lease.hosted(), 1, false)?;
         let (vectors, tokens) = embedder
             .run::<_, GenerateError, _>(lease, permit, move |m| {
-                let out = m
-                    .embed(&texts, truncate)
-                    .map_err(|e| input_error(e, param, single, truncate_field))?;
+                let out = m.embed(&texts, truncate).map_err(|e| names.error(e))?;
                 let tokens = out.total_tokens();
                 Ok(((out.vectors, tokens), tokens))
             })
@@ -143,19 +162,10 @@ impl Generator {
         let lease = self.lease_hosted(req.hosted, call).await?;
         let classifier = lease.classifier()?;
         let permit = admit(lease.hosted(), 1, false)?;
-        let EncodeInput {
-            texts,
-            param,
-            single,
-            truncation,
-            truncate_field,
-        } = req.input;
-        let truncate = truncation.resolve(usize::MAX)?;
+        let (texts, truncate, names) = req.input.split(usize::MAX)?;
         classifier
             .run::<_, GenerateError, _>(lease, permit, move |m| {
-                let out = m
-                    .classify(&texts, truncate)
-                    .map_err(|e| input_error(e, param, single, truncate_field))?;
+                let out = m.classify(&texts, truncate).map_err(|e| names.error(e))?;
                 let first = out.into_iter().next().ok_or_else(|| {
                     GenerateError::Internal("the classifier returned no result".into())
                 })?;

@@ -218,13 +218,14 @@ fn host_message(e: &HostError) -> String {
 
 /// The endpoints that serve model `model` of kind `kind`, for error messages.
 pub fn endpoints(kind: ModelKind, model: &str) -> String {
-    match kind {
-        ModelKind::Generate => {
-            format!("POST /v1/chat/completions, POST /v1/completions or POST /ai/run/{model}")
-        }
-        ModelKind::Embed => format!("POST /v1/embeddings or POST /ai/run/{model}"),
-        ModelKind::Classify => format!("POST /ai/run/{model}"),
-    }
+    use kiln_api::endpoints::{serving, ModelKind as Serves};
+    // The endpoint table says which routes take a model of each kind by name.
+    let kind = match kind {
+        ModelKind::Generate => Serves::Generate,
+        ModelKind::Embed => Serves::Embed,
+        ModelKind::Classify => Serves::Classify,
+    };
+    serving(kind, model)
 }
 
 /// `a` or `an` before a task name.
@@ -278,23 +279,5 @@ mod tests {
             "text-generation",
         ));
         assert!(e.to_string().contains("`smol` is a text-generation model"));
-    }
-
-    #[test]
-    fn busy_and_full_ask_to_retry() {
-        for h in [
-            HostError::QueueFull {
-                model: "m".into(),
-                limit: 1,
-            },
-            HostError::Busy {
-                model: "m".into(),
-                running: 1,
-            },
-        ] {
-            let e = GenerateError::from(h);
-            assert_eq!(e.error_kind(), ErrorKind::Busy);
-            assert!(e.retry_later());
-        }
     }
 }
