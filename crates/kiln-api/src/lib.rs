@@ -15,6 +15,7 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod embeddings;
+pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod firewall;

@@ -25,5 +25,5 @@ pub use error::{BatchError, Result};
 pub use input::MAX_CUSTOM_ID_CHARS;
 pub use row::{Kind, Status};
 pub use runner::{BatchRunner, LineOutcome, LineUsage};
-pub use service::{Batches, Limits, Polled, BATCH_ENDPOINTS};
+pub use service::{Batches, Limits, Polled};
 pub use store::BatchStore;

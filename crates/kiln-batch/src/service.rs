@@ -10,6 +10,7 @@ use kiln_api::batches::{
     Batch, BatchUsage, CachedTokens, CreateBatch, QueueResults, QueueStatus, ReasoningTokens,
     RequestCounts,
 };
+use kiln_api::endpoints::batch_paths;
 use kiln_api::files::List;
 use kiln_files::FileStore;
 use kiln_usage::Caller;
@@ -24,8 +25,10 @@ use crate::row::{BatchRow, Kind, Status, Times};
 use crate::runner::{BatchRunner, LineUsage};
 use crate::store::BatchStore;
 
-/// The endpoints a batch may run on.
-pub const BATCH_ENDPOINTS: &[&str] = &["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
+/// Whether a batch may run on `endpoint`: the endpoint table's batchable routes.
+fn batchable(endpoint: &str) -> bool {
+    batch_paths().any(|p| p == endpoint)
+}
 
 /// Bounds of the batch service.
 #[derive(Debug, Clone)]
@@ -96,8 +99,11 @@ impl Batches {
 
     /// `POST /v1/batches`: the batch, `validating`; its driver checks the file.
     pub fn create(&self, caller: &Caller, req: CreateBatch) -> Result<Batch> {
-        if !BATCH_ENDPOINTS.contains(&req.endpoint.as_str()) {
-            let m = format!("`endpoint` must be one of {}", BATCH_ENDPOINTS.join(", "));
+        if !batchable(&req.endpoint) {
+            let m = format!(
+                "`endpoint` must be one of {}",
+                batch_paths().collect::<Vec<_>>().join(", ")
+            );
             return Err(BatchError::invalid("endpoint", m));
         }
         let window = parse_window(&req.completion_window)?;

@@ -4,15 +4,18 @@
 //! API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`, `/nodes`) need an API
 //! key when the router has keys; `/health`, `/ready` and `/metrics` are always open.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{get, MethodFilter, MethodRouter};
 use axum::{Json, Router};
+use kiln_api::endpoints::{find_named, BodyLimit, Method, Pin, ENDPOINTS};
 use kiln_http::body_deadline;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -28,27 +31,7 @@ use crate::state::RouterState;
 
 /// The whole HTTP API over `state`.
 pub fn app(state: RouterState) -> Router {
-    let api = Router::new()
-        .route("/v1/chat/completions", post(forward))
-        .route("/v1/completions", post(forward))
-        .route("/v1/embeddings", post(forward))
-        .route("/tokenize", post(forward))
-        .route("/detokenize", post(forward))
-        .route("/ai/run/{*model}", post(forward_ai_run))
-        .route("/v1/responses", post(forward_responses))
-        .route("/v1/responses/{*rest}", any(forward_responses))
-        .route("/v1/files", any(forward_files))
-        .route("/v1/files/{*rest}", any(forward_files))
-        .route("/v1/batches", any(forward_batches))
-        .route("/v1/batches/{*rest}", any(forward_batches))
-        .route("/vectorize/v2/indexes", any(forward_vectors))
-        .route("/vectorize/v2/indexes/{*rest}", any(forward_vectors))
-        .route("/v1/vector_stores", any(forward_vectors))
-        .route("/v1/vector_stores/{*rest}", any(forward_vectors))
-        .route("/v1/agents/{name}", any(forward_agent))
-        .route("/v1/agents/{name}/{*rest}", any(forward_agent))
-        .route("/v1/models", get(list_models))
-        .route("/v1/models/{*model}", get(retrieve_model))
+    let api = api_routes()
         .route("/nodes", get(nodes))
         .route_layer(from_fn_with_state(state.clone(), crate::limits::enforce))
         .route_layer(from_fn_with_state(state.clone(), require_api_key));
@@ -67,6 +50,39 @@ pub fn app(state: RouterState) -> Router {
         .layer(from_fn(move |req, next| body_deadline(timeout, req, next)))
         .with_state(state);
     cors.apply(app)
+}
+
+/// The API routes: every endpoint of the table that a router places, on the handler
+/// for what it is pinned by (so the router serves exactly the nodes' routes).
+fn api_routes() -> Router<RouterState> {
+    let mut paths: BTreeMap<&str, MethodRouter<RouterState>> = BTreeMap::new();
+    for e in ENDPOINTS {
+        let filter = match e.method {
+            Method::Get => MethodFilter::GET,
+            Method::Post => MethodFilter::POST,
+            Method::Put => MethodFilter::PUT,
+            Method::Delete => MethodFilter::DELETE,
+        };
+        if e.pin == Pin::NodeOnly {
+            continue;
+        }
+        // A `{*model}` path names the model in the path rather than the body.
+        let in_path = e.path.ends_with("{*model}");
+        let on = paths.remove(e.path).unwrap_or_default();
+        let on = match e.pin {
+            Pin::NodeOnly => on,
+            Pin::Model if in_path => on.on(filter, forward_ai_run),
+            Pin::Model => on.on(filter, forward),
+            Pin::Caller => on.on(filter, forward_callers),
+            Pin::Agent => on.on(filter, forward_agent),
+            Pin::Router if in_path => on.on(filter, retrieve_model),
+            Pin::Router => on.on(filter, list_models),
+        };
+        paths.insert(e.path, on);
+    }
+    paths
+        .into_iter()
+        .fold(Router::new(), |r, (path, on)| r.route(path, on))
 }
 
 /// The fields routing needs; anything else (and any type) is the node's business.
@@ -103,25 +119,22 @@ async fn forward_ai_run(
     }
 }
 
-/// The Responses API: to the node that keeps the caller's stored responses.
-async fn forward_responses(State(state): State<RouterState>, req: Request) -> Response {
-    pinned_to_caller(&state, req, "stored responses").await
+/// State a node keeps for a caller (stored responses, files and batches, vector
+/// indexes): to that node.
+async fn forward_callers(State(state): State<RouterState>, req: Request) -> Response {
+    let what = kept_for_caller(req.uri().path());
+    pinned_to_caller(&state, req, what).await
 }
 
-/// The Files API: to the node that keeps the caller's files (and runs its batches).
-async fn forward_files(State(state): State<RouterState>, req: Request) -> Response {
-    pinned_to_caller(&state, req, "files").await
-}
-
-/// The Batch API: to the node that keeps the caller's files and batches.
-async fn forward_batches(State(state): State<RouterState>, req: Request) -> Response {
-    pinned_to_caller(&state, req, "batches").await
-}
-
-/// Vectorize and vector stores: to the node that keeps the caller's vector indexes
-/// (a store's vectors live in that node's index, beside its files).
-async fn forward_vectors(State(state): State<RouterState>, req: Request) -> Response {
-    pinned_to_caller(&state, req, "vector indexes").await
+/// What the caller's node keeps that `path` reaches, for errors.
+fn kept_for_caller(path: &str) -> &'static str {
+    let family = path.split('/').nth(2).unwrap_or_default();
+    match family {
+        "responses" => "stored responses",
+        "files" => "files",
+        "batches" => "batches",
+        _ => "vector indexes",
+    }
 }
 
 async fn pinned_to_caller(state: &RouterState, req: Request, what: &str) -> Response {
@@ -164,7 +177,7 @@ async fn inbound(
 ) -> Result<Inbound, ApiError> {
     let received = Instant::now();
     let (parts, body) = req.into_parts();
-    let body = read_body(state, &parts.headers, body).await?;
+    let body = read_body(state, &parts, body).await?;
     let peek: Option<Peek> = serde_json::from_slice(&body).ok();
     let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let model = path_model.or_else(|| field(peek.as_ref().and_then(|p| p.model.as_ref())));
@@ -183,13 +196,21 @@ async fn inbound(
     })
 }
 
-/// Reads a request body up to the configured limit, naming why it could not.
+/// Reads a request body up to its route's limit (the endpoint table's), naming why it
+/// could not.
 pub(crate) async fn read_body(
     state: &RouterState,
-    headers: &HeaderMap,
+    parts: &Parts,
     body: axum::body::Body,
 ) -> Result<bytes::Bytes, ApiError> {
-    let limit = state.config().body_limit;
+    let headers = &parts.headers;
+    let default = state.config().body_limit;
+    let limit = match find_named(parts.method.as_str(), parts.uri.path()).map(|e| e.body) {
+        // Never below the default an operator raised.
+        Some(BodyLimit::Bytes(n)) => n.max(default),
+        // The router keeps no files: an upload passes under the default.
+        Some(BodyLimit::Upload | BodyLimit::Default) | None => default,
+    };
     let too_large = ApiError::PayloadTooLarge { limit };
     let declared = headers
         .get(header::CONTENT_LENGTH)

@@ -6,7 +6,7 @@
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderValue, Method};
+use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
@@ -27,16 +27,6 @@ fn client_key(req: &Request) -> String {
         )
 }
 
-/// Whether a request runs a model on a node.
-fn runs_model(method: &Method, path: &str) -> bool {
-    method == Method::POST
-        && (matches!(
-            path,
-            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/responses"
-        ) || path.starts_with("/ai/run/")
-            || (path.starts_with("/v1/agents/") && path.ends_with("/responses")))
-}
-
 /// Tokens a request may use: its text at four characters a token, plus its output cap.
 pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
     let cap = serde_json::from_slice::<Value>(body).ok().map_or(0, |v| {
@@ -50,7 +40,9 @@ pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
 
 pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next) -> Response {
     let limiter = state.limiter();
-    if !limiter.any() || !runs_model(req.method(), req.uri().path()) {
+    // The endpoint table says which routes run a model, as it does for the nodes.
+    let counted = kiln_api::endpoints::runs_model(req.method().as_str(), req.uri().path());
+    if !limiter.any() || !counted {
         return next.run(req).await;
     }
     let key = client_key(&req);
@@ -67,7 +59,7 @@ pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next)
         }
     };
     let (parts, body) = req.into_parts();
-    let bytes = match crate::app::read_body(&state, &parts.headers, body).await {
+    let bytes = match crate::app::read_body(&state, &parts, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -95,9 +87,5 @@ mod tests {
         let body = br#"{"messages":[{"role":"user","content":"hello"}],"max_tokens":100}"#;
         assert_eq!(estimate_tokens(body), (body.len() as u64).div_ceil(4) + 100);
         assert_eq!(estimate_tokens(b"not json"), 2);
-        assert!(runs_model(&Method::POST, "/v1/chat/completions"));
-        assert!(runs_model(&Method::POST, "/ai/run/@cf/meta/x"));
-        assert!(!runs_model(&Method::GET, "/v1/models"));
-        assert!(!runs_model(&Method::POST, "/v1/files"));
     }
 }

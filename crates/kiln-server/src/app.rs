@@ -1,7 +1,5 @@
 //! The router: which path goes where, and the layers around them.
 
-use axum::extract::DefaultBodyLimit;
-use axum::http::Method;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
 use axum::Router;
@@ -27,9 +25,6 @@ use crate::state::AppState;
 /// must arrive within the body timeout, and the CORS policy, when there is one, wraps
 /// everything.
 pub fn app(state: AppState) -> Router {
-    // An upload may be as large as the file store takes, and gets its own deadline.
-    let upload_limit = state.files().map_or(0, |f| f.limits().max_file_bytes);
-    let upload_limit = usize::try_from(upload_limit.saturating_add(1 << 20)).unwrap_or(usize::MAX);
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
@@ -66,12 +61,7 @@ pub fn app(state: AppState) -> Router {
             axum::routing::delete(agents::delete_schedule),
         )
         .route("/v1/agents/{name}/events", get(agents::events))
-        .route(
-            "/v1/files",
-            get(files::list)
-                .post(files::upload)
-                .layer(DefaultBodyLimit::max(upload_limit)),
-        )
+        .route("/v1/files", get(files::list).post(files::upload))
         .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
         .route("/v1/files/{id}/content", get(files::content))
         .route("/v1/batches", get(batches::list).post(batches::create))
@@ -109,11 +99,9 @@ pub fn app(state: AppState) -> Router {
         ));
     let health = Router::new().route("/health", get(health::health));
     let config = state.config();
-    let (limit, timeout, upload_timeout) = (
-        config.body_limit,
-        config.body_timeout,
-        config.upload_timeout,
-    );
+    let (timeout, upload_timeout) = (config.body_timeout, config.upload_timeout);
+    let max_file_bytes = state.files().ok().map(|f| f.limits().max_file_bytes);
+    let body_limits = crate::body_limit::BodyLimits::new(config.body_limit, max_file_bytes);
     let cors = config.cors.clone();
     let app = api
         .merge(admin)
@@ -121,10 +109,11 @@ pub fn app(state: AppState) -> Router {
         .merge(health)
         .fallback(not_found_after_auth)
         .method_not_allowed_fallback(method_not_allowed_after_auth)
-        .layer(DefaultBodyLimit::max(limit))
+        // Each route's body limit, from the endpoint table.
+        .layer(from_fn_with_state(body_limits, crate::body_limit::apply))
         .layer(from_fn(request_context))
         .layer(from_fn(move |req: axum::extract::Request, next| {
-            let uploading = req.method() == Method::POST && req.uri().path() == "/v1/files";
+            let uploading = crate::body_limit::is_upload(req.method().as_str(), req.uri().path());
             body_deadline(if uploading { upload_timeout } else { timeout }, req, next)
         }))
         .with_state(state);

@@ -59,7 +59,8 @@ impl FromRequest<AppState> for NdjsonBody {
 }
 
 async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
-    let (limit, timeout) = (state.config().body_limit, state.config().body_timeout);
+    let limit = crate::body_limit::of_request(req.extensions(), state.config().body_limit);
+    let timeout = state.config().body_timeout;
     let bytes = Bytes::from_request(req, state).await.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }

@@ -23,6 +23,7 @@
 mod app;
 mod auth;
 mod batch_runner;
+mod body_limit;
 mod chat_file_search;
 pub mod error;
 pub mod extract;

@@ -6,9 +6,10 @@
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use kiln_api::endpoints::{find_named, ModelKind};
 use kiln_guard::{deterministic, request_key, Cached};
 use serde_json::Value;
 
@@ -23,16 +24,8 @@ const MAX_ANSWER: usize = 64 << 20;
 
 pub async fn serve_cached(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    let cached_route = matches!(
-        path.as_str(),
-        "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings"
-    );
-    let Some(cache) = state
-        .gates()
-        .cache
-        .as_ref()
-        .filter(|_| cached_route && req.method() == Method::POST)
-    else {
+    let endpoint = find_named(req.method().as_str(), &path).filter(|e| e.cacheable);
+    let Some((cache, endpoint)) = state.gates().cache.as_ref().zip(endpoint) else {
         return next.run(req).await;
     };
     let caller = caller_of(req.extensions());
@@ -47,7 +40,8 @@ pub async fn serve_cached(State(state): State<AppState>, req: Request, next: Nex
     let streamed = json.get("stream").and_then(Value::as_bool) == Some(true);
     let cacheable = !streamed
         && json.get("cache") != Some(&Value::Bool(false))
-        && (path == "/v1/embeddings" || deterministic(&json));
+        // An embedding is the same every time; generation only when it is deterministic.
+        && (endpoint.serves == [ModelKind::Embed] || deterministic(&json));
     if !cacheable {
         return next.run(req).await;
     }

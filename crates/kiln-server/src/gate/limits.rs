@@ -4,7 +4,7 @@
 //! every answer carries OpenAI's `x-ratelimit-*` headers for the limits the key has.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
@@ -13,25 +13,9 @@ use crate::error::ApiError;
 use crate::lease::caller_of;
 use crate::state::{unix_now, AppState};
 
-/// Whether a request runs a model (and so counts against the limits).
-pub(crate) fn runs_model(method: &Method, path: &str) -> bool {
-    if method != Method::POST {
-        return false;
-    }
-    matches!(
-        path,
-        "/v1/chat/completions"
-            | "/v1/completions"
-            | "/v1/embeddings"
-            | "/v1/responses"
-            | "/v1/firewall/score"
-    ) || path.starts_with("/ai/run/")
-        || (path.starts_with("/v1/agents/") && path.ends_with("/responses"))
-        || (path.starts_with("/v1/vector_stores/") && path.ends_with("/search"))
-}
-
 pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if !runs_model(req.method(), req.uri().path()) {
+    // The endpoint table says which routes run a model; `kiln route` reads the same.
+    if !kiln_api::endpoints::runs_model(req.method().as_str(), req.uri().path()) {
         return next.run(req).await;
     }
     let key = caller_of(req.extensions()).key_id;

@@ -54,7 +54,7 @@ pub(crate) async fn buffered(
     req: axum::extract::Request,
 ) -> Result<(axum::extract::Request, axum::body::Bytes), axum::response::Response> {
     use axum::response::IntoResponse;
-    let limit = state.config().body_limit;
+    let limit = crate::body_limit::of_request(req.extensions(), state.config().body_limit);
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => Ok((

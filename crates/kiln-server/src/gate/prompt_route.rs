@@ -1,25 +1,18 @@
 //! Which routes carry a prompt for the firewall, and in which shape (`kiln-guard`
-//! reads the texts out of it).
+//! reads the texts out of it): the endpoint table's `prompt`.
 
+use kiln_api::endpoints::{find, Method, Prompt};
 use kiln_guard::PromptShape;
 
-/// The prompt shape of `path`'s body, or `None` when the route runs no prompt (its body
-/// is read only then: uploads are not).
+/// The prompt shape of a `POST` to `path` (prompts come only in bodies), or `None`
+/// when the route runs no prompt (its body is read only then: uploads are not).
 pub(crate) fn prompt_shape(path: &str) -> Option<PromptShape> {
-    match path {
-        "/v1/chat/completions" => Some(PromptShape::Chat),
-        "/v1/completions" => Some(PromptShape::Completion),
-        "/v1/responses" => Some(PromptShape::Responses),
-        _ if is_agent_turn(path) => Some(PromptShape::Responses),
-        _ if path.starts_with("/ai/run/") => Some(PromptShape::WorkersAi),
-        _ => None,
-    }
-}
-
-fn is_agent_turn(path: &str) -> bool {
-    path.strip_prefix("/v1/agents/")
-        .and_then(|rest| rest.strip_suffix("/responses"))
-        .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+    Some(match find(Method::Post, path)?.prompt? {
+        Prompt::Chat => PromptShape::Chat,
+        Prompt::Completion => PromptShape::Completion,
+        Prompt::Responses => PromptShape::Responses,
+        Prompt::WorkersAi => PromptShape::WorkersAi,
+    })
 }
 
 #[cfg(test)]
