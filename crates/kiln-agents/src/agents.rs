@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use kiln_api::agents::{Agent, AgentConfig, Schedule, ScheduleRequest};
 use kiln_api::responses::{CreateResponse, Response};
+use kiln_api::Caller;
 use kiln_db::unix_now;
 use kiln_responses::{ChatRunner, Created, EventStream, Limits, Responses};
-use kiln_usage::Caller;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, Notify};
 

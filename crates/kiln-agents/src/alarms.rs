@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use kiln_api::agents::Schedule;
 use kiln_api::responses::CreateResponse;
+use kiln_api::Caller;
 use kiln_responses::Created;
-use kiln_usage::Caller;
 use serde_json::json;
 
 use kiln_db::unix_now;

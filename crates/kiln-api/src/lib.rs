@@ -11,6 +11,7 @@
 
 pub mod agents;
 pub mod batches;
+pub mod caller;
 pub mod chat;
 pub mod common;
 pub mod completions;
@@ -27,5 +28,6 @@ pub mod vector_stores;
 pub mod vectorize;
 pub mod workers_ai;
 
+pub use caller::{key_id, Caller, ANONYMOUS};
 pub use common::{PromptTokensDetails, StopSequences, StreamOptions, Usage};
 pub use error::{without_paths, ClassifiedError, ErrorBody, ErrorKind, ErrorResponse};

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kiln_api::batches::{BatchError as ApiBatchError, BatchErrors};
+use kiln_api::Caller;
 use kiln_files::FileStore;
-use kiln_usage::Caller;
 use rand::Rng;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use kiln_api::batches::BatchErrors;
+use kiln_api::Caller;
 use kiln_db::to_u64;
-use kiln_usage::Caller;
 use rusqlite::Row;
 
 use crate::error::{BatchError, Result};

@@ -2,7 +2,7 @@
 //! given caller, at batch priority, and say what it answered.
 
 use futures_util::future::BoxFuture;
-use kiln_usage::Caller;
+use kiln_api::Caller;
 use serde_json::Value;
 
 /// Runs one line. The server implements it over its own routes, so a line gets exactly

@@ -12,8 +12,8 @@ use kiln_api::batches::{
 };
 use kiln_api::endpoints::batch_paths;
 use kiln_api::files::List;
+use kiln_api::Caller;
 use kiln_files::FileStore;
-use kiln_usage::Caller;
 use serde_json::Value;
 
 use crate::drain::{spawn_driver, Shared};

@@ -5,9 +5,10 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use kiln_api::Caller;
 use kiln_guard::Limiter;
 use kiln_host::{Lease, TokenUsage, UsageSink};
-use kiln_usage::{Caller, Meter, UsageRecord};
+use kiln_usage::{Meter, UsageRecord};
 
 /// Set once a request knows whether its model was warm; the HTTP server turns it into
 /// the `x-kiln-warm` header of whatever response goes out (JSON, SSE or error).

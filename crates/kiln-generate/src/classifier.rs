@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use kiln_api::Caller;
 use kiln_guard::{GuardError, InjectionModel};
 use kiln_host::ModelKind;
-use kiln_usage::{Caller, UsageRecord};
+use kiln_usage::UsageRecord;
 
 use crate::error::GenerateError;
 use crate::generator::{admit, Generator};

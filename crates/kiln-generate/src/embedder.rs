@@ -6,10 +6,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use kiln_api::Caller;
 use kiln_api::{ClassifiedError, ErrorKind};
 use kiln_host::{Lease, ModelKind};
 use kiln_rag::{EmbedError, Embedder, EmbedderInfo};
-use kiln_usage::Caller;
 
 use crate::call::{Call, RequestClass};
 use crate::error::GenerateError;

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
+use kiln_api::Caller;
 use kiln_constrain::{ToolCallParser, ToolEvent};
 use kiln_engine::output::TextEvent;
 use kiln_engine::FinishReason;
 use kiln_host::{Generation, ModelKind};
 use kiln_rag::{Hit, Search, VectorStores};
 use kiln_responses::{ChatRunner, ChatTurn, Finish, GenError, TurnEvent, TurnUsage};
-use kiln_usage::Caller;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::call::{Call, RequestClass};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use kiln_usage::Caller;
+use kiln_api::Caller;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::policy::{Policies, Policy};

@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use kiln_usage::Caller;
+use kiln_api::Caller;
 
 use crate::error::EmbedError;
 

@@ -1,8 +1,8 @@
 //! File batches: several files attached at once, followed and cancelled together.
 
 use kiln_api::vector_stores::{CreateFileBatch, FileBatch, VectorStoreFile};
+use kiln_api::Caller;
 use kiln_db::unix_now;
-use kiln_usage::Caller;
 
 use crate::attributes;
 use crate::error::{RagError, Result};

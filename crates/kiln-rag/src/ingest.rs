@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kiln_api::vector_stores::LastError;
-use kiln_usage::Caller;
+use kiln_api::Caller;
 use kiln_vectors::{VectorRecord, WriteMode};
 
 use crate::chunking::{cut, slice};

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use kiln_api::vector_stores::{SearchPage, SearchResult, TextContent};
+use kiln_api::Caller;
 use kiln_db::unix_now;
-use kiln_usage::Caller;
 use kiln_vectors::{Filter, Query, ReturnMetadata, VectorError};
 use serde_json::{Map, Value};
 

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kiln_api::vector_stores::{
     CreateVectorStore, Deleted, ExpiresAfter, ModifyVectorStore, VectorStore,
 };
+use kiln_api::Caller;
 use kiln_db::unix_now;
 use kiln_files::FileStore;
-use kiln_usage::Caller;
 use kiln_vectors::{Metric, VectorDb};
 use tokio::sync::Notify;
 

@@ -1,7 +1,7 @@
 //! A store's files: attach one, list, read, change attributes, detach, read the text.
 
 use kiln_api::vector_stores::{AttachFile, Deleted, FileContentPage, TextContent, VectorStoreFile};
-use kiln_usage::Caller;
+use kiln_api::Caller;
 use kiln_vectors::{VectorError, WriteMode};
 use serde_json::Value;
 

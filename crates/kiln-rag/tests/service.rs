@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use kiln_api::vector_stores::{AttachFile, CreateFileBatch, CreateVectorStore};
+use kiln_api::Caller;
 use kiln_files::FileStore;
 use kiln_rag::{index_of, EmbedError, Embedder, EmbedderInfo, Search, VectorStores};
-use kiln_usage::Caller;
 use kiln_vectors::{GraphParams, Limits, VectorDb};
 
 const DIMS: usize = 32;

@@ -9,9 +9,9 @@
 
 use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
+use kiln_api::Caller;
 use kiln_api::{ClassifiedError, ErrorKind};
 use kiln_rag::{Hit, Search};
-use kiln_usage::Caller;
 use tokio::sync::{mpsc, oneshot};
 
 /// Starts chat turns. `start` returns once the request is admitted (so a bad request

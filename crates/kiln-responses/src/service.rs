@@ -8,9 +8,9 @@ use std::time::Duration;
 use kiln_api::responses::{
     CreateResponse, Deleted, Item, ItemList, Response, StreamEvent, TextConfig,
 };
+use kiln_api::Caller;
 use kiln_db::unix_now;
 use kiln_mcp::McpSettings;
-use kiln_usage::Caller;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 

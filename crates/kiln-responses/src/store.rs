@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use kiln_api::responses::{CreateResponse, Item, Response};
+use kiln_api::Caller;
 use kiln_db::{DbError, Schema};
-use kiln_usage::Caller;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{ResponsesError, Result};

@@ -12,8 +12,8 @@ use kiln_api::responses::{
     ResponseUsage,
 };
 use kiln_api::structured::ResponseFormat;
+use kiln_api::Caller;
 use kiln_mcp::McpSettings;
-use kiln_usage::Caller;
 use serde_json::{json, Value};
 
 use crate::cancel::Cancel;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use kiln_api::chat::ChatCompletionRequest;
 use kiln_api::responses::{CreateResponse, Response};
+use kiln_api::Caller;
 use kiln_responses::{
     ChatRunner, ChatTurn, Created, Finish, GenError, ItemsQuery, Limits, ResponseStore, Responses,
     ResponsesError, TurnEvent, TurnUsage,
 };
-use kiln_usage::Caller;
 use serde_json::json;
 
 struct Scripted;

@@ -22,8 +22,8 @@ fn client_key(req: &Request) -> String {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map_or_else(
-            || kiln_usage::ANONYMOUS.to_string(),
-            |t| kiln_usage::key_id(t.trim()),
+            || kiln_api::ANONYMOUS.to_string(),
+            |t| kiln_api::key_id(t.trim()),
         )
 }
 

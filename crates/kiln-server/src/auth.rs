@@ -28,7 +28,7 @@ pub async fn require_api_key(
     match authorize(&req, "API", |t| matching(keys, t)) {
         Ok(key) => {
             let caller = Caller {
-                key_id: kiln_usage::key_id(&key.key),
+                key_id: kiln_api::key_id(&key.key),
                 label: key.label.clone(),
             };
             req.extensions_mut().insert(caller);

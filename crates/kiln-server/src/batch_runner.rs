@@ -13,12 +13,12 @@ use axum::body::to_bytes;
 use axum::response::IntoResponse;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
+use kiln_api::Caller;
 use kiln_batch::{BatchRunner, BatchStore, Batches, Limits, LineOutcome};
 use kiln_files::FileStore;
 use kiln_generate::{Call, Generator, RequestClass};
 use kiln_http::OpenAiError;
 use kiln_rag::VectorStores;
-use kiln_usage::Caller;
 use serde_json::Value;
 
 use crate::error::{ApiError, Result};

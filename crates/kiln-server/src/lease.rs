@@ -5,9 +5,9 @@ use std::convert::Infallible;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+pub use kiln_api::Caller;
 use kiln_api::Usage;
 use kiln_generate::{Call, RequestClass, TokenUsage, Warmth};
-pub use kiln_usage::Caller;
 
 /// The header saying whether the model was loaded when the request arrived.
 pub const WARM_HEADER: &str = "x-kiln-warm";

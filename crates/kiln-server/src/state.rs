@@ -53,7 +53,7 @@ impl From<String> for ApiKey {
 impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ApiKey")
-            .field("id", &kiln_usage::key_id(&self.key))
+            .field("id", &kiln_api::key_id(&self.key))
             .field("label", &self.label)
             .finish()
     }

@@ -1,7 +1,15 @@
 //! The store and the meter on real SQLite files: sums, persistence across reopening,
 //! group commit through the writer thread, and refusal of a newer schema.
 
-use kiln_usage::{key_id, neurons, Meter, UsageRecord, UsageStore, ANONYMOUS};
+use kiln_usage::{neurons, Meter, UsageRecord, UsageStore};
+
+/// Callers as the server names them (a key's id; `anonymous` without keys): the store
+/// takes any id.
+const ANONYMOUS: &str = "anonymous";
+
+fn key_id(key: &str) -> String {
+    format!("key_{key}")
+}
 
 fn rec(key: &str, model: &str, prompt: u64, cached: u64, completion: u64) -> UsageRecord {
     UsageRecord {

@@ -88,7 +88,7 @@ async fn metered_requests(base: &str, model: &str) -> u64 {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|r| r["model"] == model && r["key_id"] == kiln_usage::key_id(KEY))
+        .filter(|r| r["model"] == model && r["key_id"] == kiln_api::key_id(KEY))
         .map(|r| r["requests"].as_u64().unwrap_or(0))
         .sum()
 }

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use kiln_api::batches::{Batch, CreateBatch};
+use kiln_api::Caller;
 use kiln_batch::{BatchRunner, BatchStore, Batches, Limits, LineOutcome};
 use kiln_files::FileStore;
-use kiln_usage::Caller;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 

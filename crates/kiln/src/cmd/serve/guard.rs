@@ -137,7 +137,7 @@ pub fn settings(args: &GuardArgs, file: &FileConfig) -> anyhow::Result<GuardSett
     let mut key_rate_limits = HashMap::new();
     for entry in file.api_keys.iter().flatten() {
         let KeyEntry::Table(t) = entry else { continue };
-        let id = kiln_usage::key_id(&t.key);
+        let id = kiln_api::key_id(&t.key);
         let at = format!("api_keys entry {}", t.label.as_deref().unwrap_or(&id));
         if let Some(fw) = &t.firewall {
             let mut base = firewall.default.clone();
@@ -301,7 +301,7 @@ mod tests {
              firewall = { mode = \"block\", injection_threshold = 40 } }]\n[response_cache]\nttl = 10",
         )
         .expect("valid");
-        let id = kiln_usage::key_id("k");
+        let id = kiln_api::key_id("k");
         let p = s.firewall.for_key(&id);
         assert_eq!((p.mode, p.injection_threshold), (Mode::Block, 40));
         assert_eq!(s.firewall.for_key("other").mode, Mode::Off);

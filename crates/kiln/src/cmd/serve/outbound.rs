@@ -28,7 +28,7 @@ pub fn mcp_settings(
         let Some(own) = &t.outbound_allow else {
             continue;
         };
-        let id = kiln_usage::key_id(&t.key);
+        let id = kiln_api::key_id(&t.key);
         let at = format!(
             "api_keys entry {}: outbound_allow",
             t.label.as_deref().unwrap_or(&id)
@@ -70,7 +70,7 @@ mod tests {
         let ip = |s: &str| s.parse().expect("ip");
         assert!(node.outbound.check_ip("x", ip("10.1.1.1")).is_ok());
         assert!(node.outbound.check_ip("x", ip("127.0.0.1")).is_err());
-        let k2 = &keys[&kiln_usage::key_id("k2")];
+        let k2 = &keys[&kiln_api::key_id("k2")];
         assert!(k2.outbound.check_ip("x", ip("127.0.0.1")).is_ok());
         assert!(k2.outbound.check_ip("x", ip("10.1.1.1")).is_ok());
         assert_eq!(keys.len(), 1);

@@ -1,4 +1,5 @@
-//! Who a record belongs to, without keeping the secret.
+//! Who is calling: an API key's id and label, without keeping the secret. Metering,
+//! stored state and the rate limits are keyed by it.
 
 use sha2::{Digest, Sha256};
 
