@@ -4,6 +4,8 @@
 //! route is the router's 404; and the router's rate limits count what the table says
 //! runs a model, vector-store search included.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +13,10 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use common::start_router;
 use kiln_api::endpoints::{Method, Pin, ENDPOINTS};
 use kiln_guard::RateLimits;
-use kiln_router::{NodeSpec, RouterConfig, SystemResolver};
+use kiln_router::{NodeSpec, RouterConfig};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -48,23 +51,16 @@ async fn start_node(hits: Arc<AtomicUsize>) -> String {
     url
 }
 
-async fn start_router(node: &str, rate_limits: RateLimits) -> String {
-    let config = RouterConfig {
+/// The router over the one stand-in node.
+async fn router_over(node: &str, rate_limits: RateLimits) -> String {
+    start_router(RouterConfig {
         nodes: vec![NodeSpec::parse(&format!("{node}@name=a,colo=test")).expect("test setup")],
         health_interval: Duration::from_millis(200),
         replicas: 1,
         rate_limits,
         ..RouterConfig::default()
-    };
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("test setup"));
-    tokio::spawn(kiln_router::serve(
-        listener,
-        config,
-        SystemResolver,
-        std::future::pending(),
-    ));
-    url
+    })
+    .await
 }
 
 /// A table path with its parameters filled in (`{*model}` with the node's model).
@@ -95,7 +91,7 @@ async fn send(base: &str, method: &str, path: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_router_serves_the_endpoint_table_and_nothing_else() {
     let hits = Arc::new(AtomicUsize::new(0));
-    let base = start_router(&start_node(hits.clone()).await, RateLimits::default()).await;
+    let base = router_over(&start_node(hits.clone()).await, RateLimits::default()).await;
     for e in ENDPOINTS {
         let (method, path) = (e.method.as_str(), concrete(e.path));
         let before = hits.load(Ordering::SeqCst);
@@ -156,7 +152,7 @@ async fn the_router_limits_vector_store_search() {
         requests_per_minute: Some(1),
         tokens_per_minute: None,
     };
-    let base = start_router(&start_node(hits.clone()).await, limits).await;
+    let base = router_over(&start_node(hits.clone()).await, limits).await;
     let search = "/v1/vector_stores/vs_1/search";
     let (status, body) = send(&base, "POST", search).await;
     assert_eq!(status, 200, "{body}");

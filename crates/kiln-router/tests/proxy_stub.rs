@@ -3,6 +3,8 @@
 //! (a stream cut mid-event, a 500, a node that answers 429 every time). The end-to-end
 //! tests with real nodes are in `crates/kiln/tests/e2e_router*.rs`.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,8 +15,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use common::start_router;
 use futures_util::{stream, StreamExt};
-use kiln_router::{NodeSpec, RouterConfig, SystemResolver, Upstream};
+use kiln_router::{NodeSpec, RouterConfig, Upstream};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -147,19 +150,6 @@ async fn start_stub(name: &'static str, models: &[&'static str]) -> (Stub, Strin
     let url = format!("http://{}", listener.local_addr().expect("test setup"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     (stub, url)
-}
-
-/// Starts the router; returns its base URL.
-async fn start_router(config: RouterConfig) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("test setup"));
-    tokio::spawn(kiln_router::serve(
-        listener,
-        config,
-        SystemResolver,
-        std::future::pending(),
-    ));
-    url
 }
 
 fn config(nodes: &[(&str, &str)]) -> RouterConfig {
