@@ -86,18 +86,14 @@ impl VectorDb {
         let params = inner.params();
         let scored: Vec<(u64, f32)> = match self.candidates(&row, q)? {
             Candidates::All => search::nearest(graph, params, metric, &q.vector, q.top_k, None)?,
-            Candidates::Few(keys) => {
-                let mut buf = vec![0f32; dims];
-                let mut s: Vec<(u64, f32)> = Vec::with_capacity(keys.len());
-                for k in keys {
-                    if graph.get(k, &mut buf) {
-                        s.push((k, metric.score(&q.vector, &buf)));
-                    }
-                }
-                search::best(s, metric, q.top_k)
-            }
+            Candidates::Few(keys) => search::scan(graph, metric, &q.vector, q.top_k, keys),
             Candidates::Many(keys) => {
-                search::nearest(graph, params, metric, &q.vector, q.top_k, Some(&keys))?
+                let ef = search::ef(params, graph.ann.len(), q.top_k);
+                if search::exact_is_cheaper(params, keys.len(), dims, ef) {
+                    search::scan(graph, metric, &q.vector, q.top_k, keys)
+                } else {
+                    search::nearest(graph, params, metric, &q.vector, q.top_k, Some(&keys))?
+                }
             }
         };
         drop(guard);

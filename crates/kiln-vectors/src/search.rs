@@ -13,7 +13,8 @@
 //! vectors' worth of work (scattered reads of neighbour lists), measured against
 //! usearch's exact scan on this machine; an index no larger than that, or of at most
 //! [`GraphParams::exact_search_max`] values (vectors × dimensions), is scanned exactly
-//! (recall 1). Filters with few candidates are scored exactly in `query.rs`.
+//! (recall 1). A filter's candidates are scored exactly by the same rule, or when
+//! there are at most [`GraphParams::exact_scan_max`] of them.
 
 use std::collections::HashSet;
 
@@ -77,6 +78,24 @@ pub(crate) fn nearest(
             .map(|(k, v)| (*k, metric.score(query, v))),
     );
     Ok(best(scored, metric, top_k))
+}
+
+/// The `top_k` best of `keys`, each scored exactly (a filter's candidates).
+pub(crate) fn scan(
+    graph: &Graph,
+    metric: Metric,
+    query: &[f32],
+    top_k: usize,
+    keys: impl IntoIterator<Item = u64>,
+) -> Vec<(u64, f32)> {
+    let mut buf = vec![0f32; query.len()];
+    let mut scored = Vec::new();
+    for k in keys {
+        if graph.get(k, &mut buf) {
+            scored.push((k, metric.score(query, &buf)));
+        }
+    }
+    best(scored, metric, top_k)
 }
 
 /// The `top_k` closest of `scored`, each key once (a key being moved from the tail
