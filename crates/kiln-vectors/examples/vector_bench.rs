@@ -7,6 +7,9 @@
 //!
 //! `cargo run --release -p kiln-vectors --example vector_bench -- N D clustered|uniform|gaussian [graph]`
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use kiln_vectors::{
@@ -26,21 +29,11 @@ fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Ve
     v
 }
 
-fn gaussian(rng: &mut StdRng, dims: usize) -> Vec<f32> {
-    (0..dims)
-        .map(|_| {
-            let u: f64 = rng.random::<f64>().max(1e-12);
-            let v: f64 = rng.random();
-            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-        })
-        .collect()
-}
-
 fn data(n: usize, dims: usize, kind: &str, seed: u64) -> Vec<Vec<f32>> {
-    let mut rng = StdRng::seed_from_u64(seed);
     if kind == "gaussian" {
-        return (0..n).map(|_| gaussian(&mut rng, dims)).collect();
+        return common::gaussian(n, dims, seed);
     }
+    let mut rng = StdRng::seed_from_u64(seed);
     let clustered = kind == "clustered";
     let centres: Vec<Vec<f32>> = (0..1000).map(|_| unit(&mut rng, dims, None, 1.0)).collect();
     (0..n)

@@ -94,7 +94,8 @@ impl Graph {
 pub struct GraphStats {
     /// Vectors in the graph.
     pub in_graph: usize,
-    /// Committed vectors not yet in the graph, searched exactly meanwhile.
+    /// Committed vectors not yet in the graph, searched exactly meanwhile. While the
+    /// worker inserts a chunk, its vectors count both here and in `in_graph`.
     pub pending: usize,
     /// Times the graph was loaded from its file since this process opened the database.
     pub loads: u64,
