@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kiln_db::{to_u64, unix_now, DbError};
+use kiln_db::{to_u64, unix_now};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
@@ -63,9 +63,7 @@ pub(crate) struct Inner {
     _lock: File,
 }
 
-pub(crate) fn sql_err(e: rusqlite::Error) -> VectorError {
-    DbError::sql(SCHEMA.what, Path::new(DB_FILE), e).into()
-}
+pub(crate) use crate::schema::sql_err;
 
 impl VectorDb {
     /// Opens (creating) the database in `dir`, locking the directory.

@@ -12,8 +12,8 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::db::sql_err;
 use crate::error::Result;
+use crate::schema::sql_err;
 
 /// Logs `keys` (added or removed) for `index_id`; call inside the write's transaction.
 pub(crate) fn log_keys(conn: &Connection, index_id: i64, keys: &[u64]) -> Result<()> {

@@ -18,7 +18,6 @@ use std::time::Instant;
 
 use rusqlite::{params, params_from_iter, Connection};
 
-use crate::db::sql_err;
 use crate::error::{Result, VectorError};
 use crate::graph::{AnnGraph, Usearch};
 use crate::graph_file::{self, FileError, Header};
@@ -26,6 +25,7 @@ use crate::graph_log;
 use crate::limits::GraphParams;
 use crate::metric::Metric;
 use crate::schema::decode;
+use crate::schema::sql_err;
 
 /// What loading, rebuilding and saving a graph needs; shared with the graph worker.
 pub(crate) struct Store {

@@ -91,3 +91,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Vec<f32> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+/// A SQLite failure on the vector database, naming the file.
+pub(crate) fn sql_err(e: rusqlite::Error) -> crate::VectorError {
+    kiln_db::DbError::sql(SCHEMA.what, std::path::Path::new(DB_FILE), e).into()
+}
