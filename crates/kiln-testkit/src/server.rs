@@ -51,7 +51,8 @@ impl ServerProcess {
             )
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kiln_server=info".into()),
+                std::env::var("RUST_LOG")
+                    .unwrap_or_else(|_| "warn,kiln_server=info,kiln_vectors=info".into()),
             )
             // Settings the caller's environment may carry must not leak into the test.
             .env_remove("KILN_LOG_FORMAT")
@@ -177,6 +178,14 @@ impl ServerProcess {
     /// The last lines the server logged.
     pub fn log_tail(&self) -> String {
         tail(&self.log)
+    }
+
+    /// How many lines the server logged so far contain `needle`.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|line| line.contains(needle)).count())
+            .unwrap_or(0)
     }
 
     /// A blocking `GET path` on a fresh connection: (status, body).

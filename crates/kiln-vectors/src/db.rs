@@ -5,18 +5,19 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kiln_db::{to_u64, unix_now, DbError};
+use kiln_db::{to_u64, unix_now};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
 use crate::error::{Result, VectorError};
 use crate::filter::Filter;
 use crate::limits::{GraphParams, Limits};
-use crate::live::{LiveIndex, LiveSet, Shape};
+use crate::live::{GraphStats, LiveIndex, LiveSet, Shape, Store};
 use crate::metric::Metric;
 use crate::record::{IndexDesc, IndexInfo, MetaType, MetadataIndex, Mutation, EMBEDDED};
 use crate::remote::{collection, RemoteIndexes};
 use crate::schema::{DB_FILE, SCHEMA, SLOTS};
+use crate::worker::Worker;
 
 /// An index's row.
 #[derive(Debug, Clone)]
@@ -52,18 +53,17 @@ pub struct VectorDb {
 }
 
 pub(crate) struct Inner {
-    pub(crate) conn: Mutex<Connection>,
+    /// The connection, graphs and their parameters, shared with the graph worker.
+    pub(crate) store: Arc<Store>,
     pub(crate) limits: Limits,
-    pub(crate) params: GraphParams,
-    pub(crate) live: LiveSet,
     /// The engine of remote indexes, when the server has one.
     pub(crate) remote: Option<Arc<dyn RemoteIndexes>>,
+    /// Stopped and joined before the directory lock is released.
+    _worker: Worker,
     _lock: File,
 }
 
-pub(crate) fn sql_err(e: rusqlite::Error) -> VectorError {
-    DbError::sql(SCHEMA.what, Path::new(DB_FILE), e).into()
-}
+pub(crate) use crate::schema::sql_err;
 
 impl VectorDb {
     /// Opens (creating) the database in `dir`, locking the directory.
@@ -83,13 +83,23 @@ impl VectorDb {
         let conn = kiln_db::open(&path, &SCHEMA)?;
         conn.execute_batch("PRAGMA foreign_keys = ON")
             .map_err(sql_err)?;
+        let shapes = embedded_shapes(&conn)?;
+        let ids: std::collections::HashSet<i64> = all_index_ids(&conn)?;
+        crate::graph_file::sweep(dir, |id| ids.contains(&id));
+        let store = Arc::new(Store {
+            conn: Mutex::new(conn),
+            dir: dir.to_path_buf(),
+            params,
+            live: LiveSet::default(),
+            drain: Mutex::new(None),
+        });
+        let worker = Worker::start(store.clone(), shapes);
         Ok(Self {
             inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
+                store,
                 limits,
-                params,
-                live: LiveSet::default(),
                 remote,
+                _worker: worker,
                 _lock: lock,
             }),
         })
@@ -97,6 +107,19 @@ impl VectorDb {
 
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    /// How the graph of `owner`'s index `name` came to be and what it holds; `None`
+    /// while it is not in memory (or the index is remote).
+    pub fn graph_stats(&self, owner: &str, name: &str) -> Result<Option<GraphStats>> {
+        let row = self.inner.row(&self.inner.conn(), owner, name)?;
+        Ok(self
+            .inner
+            .store
+            .live
+            .existing(row.id)
+            .map(|live| live.stats())
+            .filter(|s| s.loads + s.builds > 0))
     }
 
     pub fn create_index(
@@ -201,7 +224,7 @@ impl VectorDb {
     /// Deletes the index and every vector in it.
     pub fn delete_index(&self, owner: &str, name: &str) -> Result<()> {
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
-        let live = self.inner.live.get(row.id);
+        let live = self.inner.live(&row);
         let _w = live.lock_writer();
         // The collection first: a row left by a failed drop can be deleted again.
         if let Some(remote) = self.inner.remote_of(&row)? {
@@ -213,8 +236,11 @@ impl VectorDb {
             .map_err(sql_err)?;
         tx.execute("DELETE FROM indexes WHERE id = ?1", [row.id])
             .map_err(sql_err)?;
+        crate::graph_log::forget(&tx, row.id)?;
         tx.commit().map_err(sql_err)?;
-        self.inner.live.forget(row.id);
+        // After the commit: a file left by a crash here is swept at the next open.
+        crate::live::forget_file(&self.inner.store.dir, row.id);
+        self.inner.store.live.forget(row.id);
         Ok(())
     }
 
@@ -277,7 +303,7 @@ impl VectorDb {
                 format!("index '{name}' already has {max} metadata indexes, the most allowed"),
             ));
         };
-        let live = self.inner.live.get(row.id);
+        let live = self.inner.live(&row);
         let _w = live.lock_writer();
         let mutation = new_mutation_id();
         let mut conn = self.inner.conn();
@@ -338,7 +364,7 @@ impl VectorDb {
                 property: property.into(),
             });
         };
-        let live = self.inner.live.get(row.id);
+        let live = self.inner.live(&row);
         let _w = live.lock_writer();
         let mutation = new_mutation_id();
         let mut conn = self.inner.conn();
@@ -368,9 +394,11 @@ impl VectorDb {
 
 impl Inner {
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
-        // SQLite rolls back an unfinished transaction on drop, so a poisoned lock is
-        // still consistent.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        self.store.conn()
+    }
+
+    pub(crate) fn params(&self) -> &GraphParams {
+        &self.store.params
     }
 
     /// `owner`'s index `name`, with its metadata indexes.
@@ -408,8 +436,38 @@ impl Inner {
     }
 
     pub(crate) fn live(&self, row: &IndexRow) -> Arc<LiveIndex> {
-        self.live.get(row.id)
+        self.store.live.get(row.id)
     }
+}
+
+/// The shapes of the embedded indexes, whose graphs the worker loads at open.
+fn embedded_shapes(conn: &Connection) -> Result<Vec<Shape>> {
+    let mut stmt = conn
+        .prepare("SELECT id, dimensions, metric FROM indexes WHERE backend = ?1 ORDER BY id")
+        .map_err(sql_err)?;
+    let rows = stmt
+        .query_map([EMBEDDED], |r| {
+            let metric: String = r.get(2)?;
+            Ok(Shape {
+                index_id: r.get(0)?,
+                dimensions: r.get::<_, i64>(1)? as usize,
+                metric: Metric::parse(&metric).unwrap_or(Metric::Cosine),
+            })
+        })
+        .map_err(sql_err)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(sql_err)?;
+    Ok(rows)
+}
+
+fn all_index_ids(conn: &Connection) -> Result<std::collections::HashSet<i64>> {
+    let mut stmt = conn.prepare("SELECT id FROM indexes").map_err(sql_err)?;
+    let ids = stmt
+        .query_map([], |r| r.get(0))
+        .map_err(sql_err)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(sql_err)?;
+    Ok(ids)
 }
 
 fn desc_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<IndexDesc> {

@@ -1,6 +1,6 @@
 //! The approximate-search graph behind a small trait, so the ANN library (usearch
-//! today) can change without touching storage or queries. Keys are the vectors' row
-//! keys in SQLite.
+//! today) can change without touching storage, queries or the graph files. Keys are
+//! the vectors' row keys in SQLite.
 
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
@@ -14,13 +14,20 @@ pub(crate) trait AnnGraph: Send + Sync {
     fn reserve(&self, total: usize) -> Result<()>;
     fn add(&self, key: u64, vector: &[f32]) -> Result<()>;
     fn remove(&self, key: u64) -> Result<()>;
-    /// Up to `k` (key, distance) pairs, closest first, among keys `admit` accepts.
+    /// Up to `k` (key, distance) pairs, closest first, among keys `admit` accepts,
+    /// walking the graph with a candidate list of `ef` (at least `k`).
     fn search(
         &self,
         query: &[f32],
         k: usize,
+        ef: usize,
         admit: Option<&dyn Fn(u64) -> bool>,
     ) -> Result<Vec<(u64, f32)>>;
+    /// The `k` closest (key, distance) pairs by scoring every vector (no graph walk).
+    fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>>;
+    /// The graph in the library's own encoding, for a graph file.
+    fn to_bytes(&self) -> Result<Vec<u8>>;
+    fn contains(&self, key: u64) -> bool;
     /// The vector stored under `key`, into `out`; false if absent.
     fn get(&self, key: u64, out: &mut [f32]) -> bool;
     fn len(&self) -> usize;
@@ -58,6 +65,26 @@ impl Usearch {
             index: Index::new(&options).map_err(graph_err)?,
         })
     }
+
+    /// A graph from [`AnnGraph::to_bytes`] (already checksummed by its file).
+    pub(crate) fn from_bytes(
+        dimensions: usize,
+        metric: Metric,
+        params: &GraphParams,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        let graph = Self::new(dimensions, metric, params)?;
+        graph.index.load_from_buffer(bytes).map_err(graph_err)?;
+        if graph.index.dimensions() != dimensions {
+            return Err(graph_err("the saved graph has other dimensions"));
+        }
+        // Loading sizes the graph to its contents; concurrent searches need contexts.
+        graph
+            .index
+            .reserve_capacity_and_threads(graph.index.size().max(1024), THREADS)
+            .map_err(graph_err)?;
+        Ok(graph)
+    }
 }
 
 impl AnnGraph for Usearch {
@@ -84,18 +111,40 @@ impl AnnGraph for Usearch {
         &self,
         query: &[f32],
         k: usize,
+        ef: usize,
         admit: Option<&dyn Fn(u64) -> bool>,
     ) -> Result<Vec<(u64, f32)>> {
         if k == 0 || self.index.size() == 0 {
             return Ok(Vec::new());
         }
-        // usearch widens its candidate list to `k` itself when `k` is larger.
+        // usearch's candidate list is the larger of its `expansion_search` (kept at
+        // the smallest ef) and the count asked, so asking for `ef` results searches
+        // with ef without touching state other queries share.
+        let count = ef.max(k);
         let m = match admit {
-            None => self.index.search(query, k),
-            Some(f) => self.index.filtered_search(query, k, f),
+            None => self.index.search(query, count),
+            Some(f) => self.index.filtered_search(query, count, f),
         }
         .map_err(graph_err)?;
+        Ok(m.keys.into_iter().zip(m.distances).take(k).collect())
+    }
+
+    fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>> {
+        if k == 0 || self.index.size() == 0 {
+            return Ok(Vec::new());
+        }
+        let m = self.index.exact_search(query, k).map_err(graph_err)?;
         Ok(m.keys.into_iter().zip(m.distances).collect())
+    }
+
+    fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.index.serialized_length()];
+        self.index.save_to_buffer(&mut out).map_err(graph_err)?;
+        Ok(out)
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.index.contains(key)
     }
 
     fn get(&self, key: u64, out: &mut [f32]) -> bool {

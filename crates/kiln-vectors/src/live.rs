@@ -1,45 +1,130 @@
-//! Each index's graph in memory: built from SQLite the first time the index is used,
-//! then kept in step with every committed write.
+//! Each index's graph in memory: loaded from its graph file (with the log replayed
+//! after it) or rebuilt from SQLite the first time the index is used, then kept in
+//! step with every committed write.
 //!
-//! Writes to one index are serialized by its `writer` lock, which the build also
-//! holds, so no committed write can slip between the build's read of the table and
-//! the graph going live. A graph that failed to take a committed write is dropped and
-//! rebuilt from SQLite on next use: SQLite is the truth.
+//! Writes to one index are serialized by its `writer` lock, which loading, draining
+//! and checkpointing also hold, so no committed write can slip between a read of
+//! SQLite and the graph that reflects it. Vectors committed but not yet in the graph
+//! (the log replayed at load, or every vector while a graph is rebuilt) are the
+//! graph's `tail`: searched exactly, and moved into the graph a chunk at a time by
+//! the graph worker (`worker.rs`), so no query waits for a build. A graph that
+//! failed to take a committed write is dropped and rebuilt: SQLite is the truth.
 
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::Instant;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, params_from_iter, Connection};
 
-use crate::error::Result;
+use crate::error::{Result, VectorError};
 use crate::graph::{AnnGraph, Usearch};
+use crate::graph_file::{self, FileError, Header};
+use crate::graph_log;
 use crate::limits::GraphParams;
 use crate::metric::Metric;
 use crate::schema::decode;
+use crate::schema::sql_err;
 
-/// The in-memory side of one index.
-#[derive(Default)]
-pub(crate) struct LiveIndex {
-    writer: Mutex<()>,
-    graph: RwLock<Option<Box<dyn AnnGraph>>>,
+/// What loading, rebuilding and saving a graph needs; shared with the graph worker.
+pub(crate) struct Store {
+    pub conn: Mutex<Connection>,
+    /// The index directory (graph files live in its `graphs/`).
+    pub dir: std::path::PathBuf,
+    pub params: GraphParams,
+    pub live: LiveSet,
+    /// Where indexes with a tail are sent to be drained.
+    pub drain: Mutex<Option<std::sync::mpsc::Sender<i64>>>,
+}
+
+impl Store {
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        // SQLite rolls back an unfinished transaction on drop, so a poisoned lock is
+        // still consistent.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_drain(&self, index_id: i64) {
+        if let Some(tx) = self
+            .drain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(index_id);
+        }
+    }
 }
 
 /// What building a graph needs to know about its index.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Shape {
     pub index_id: i64,
     pub dimensions: usize,
     pub metric: Metric,
 }
 
-pub(crate) type GraphGuard<'a> = RwLockReadGuard<'a, Option<Box<dyn AnnGraph>>>;
+/// One index's graph and the committed vectors not yet in it.
+pub(crate) struct Graph {
+    pub ann: Box<dyn AnnGraph>,
+    /// Committed vectors the graph does not hold yet, by key; searched exactly.
+    pub tail: HashMap<u64, Vec<f32>>,
+    pub shape: Shape,
+}
+
+impl Graph {
+    /// Vectors searchable: in the graph or its tail.
+    pub(crate) fn len(&self) -> usize {
+        self.ann.len() + self.tail.len()
+    }
+
+    /// The vector stored under `key`, into `out`; false if absent.
+    pub(crate) fn get(&self, key: u64, out: &mut [f32]) -> bool {
+        if let Some(v) = self.tail.get(&key) {
+            out.copy_from_slice(v);
+            return true;
+        }
+        self.ann.get(key, out)
+    }
+}
+
+/// How an index's graph came to be, for tests, benchmarks and operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GraphStats {
+    /// Vectors in the graph.
+    pub in_graph: usize,
+    /// Committed vectors not yet in the graph, searched exactly meanwhile. While the
+    /// worker inserts a chunk, its vectors count both here and in `in_graph`.
+    pub pending: usize,
+    /// Times the graph was loaded from its file since this process opened the database.
+    pub loads: u64,
+    /// Times it was rebuilt from SQLite (no usable file).
+    pub builds: u64,
+    /// Graph files written.
+    pub checkpoints: u64,
+}
+
+/// The in-memory side of one index.
+#[derive(Default)]
+pub(crate) struct LiveIndex {
+    writer: Mutex<()>,
+    graph: RwLock<Option<Graph>>,
+    /// Keys logged since the graph file's checkpoint.
+    logged: AtomicUsize,
+    loads: AtomicU64,
+    builds: AtomicU64,
+    checkpoints: AtomicU64,
+}
+
+pub(crate) type GraphGuard<'a> = RwLockReadGuard<'a, Option<Graph>>;
+
+/// Vectors moved from a tail into the graph under one hold of the writer lock.
+pub(crate) const DRAIN_CHUNK: usize = 512;
 
 impl LiveIndex {
-    /// The graph for reading, built first if needed.
-    pub(crate) fn read(
-        &self,
-        conn: &Mutex<Connection>,
-        shape: &Shape,
-        params: &GraphParams,
-    ) -> Result<GraphGuard<'_>> {
+    /// The graph for reading, loaded or rebuilt first if needed.
+    pub(crate) fn read(&self, store: &Store, shape: &Shape) -> Result<GraphGuard<'_>> {
         loop {
             let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
             if g.is_some() {
@@ -47,7 +132,7 @@ impl LiveIndex {
             }
             drop(g);
             let w = self.lock_writer();
-            self.build(&w, conn, shape, params)?;
+            self.open(&w, store, shape)?;
         }
     }
 
@@ -56,13 +141,24 @@ impl LiveIndex {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Builds the graph (if it isn't) while the caller holds the writer lock.
-    pub(crate) fn build(
+    pub(crate) fn stats(&self) -> GraphStats {
+        let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+        GraphStats {
+            in_graph: g.as_ref().map_or(0, |g| g.ann.len()),
+            pending: g.as_ref().map_or(0, |g| g.tail.len()),
+            loads: self.loads.load(Ordering::Relaxed),
+            builds: self.builds.load(Ordering::Relaxed),
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Loads the graph from its file, or starts a rebuild from SQLite, if it isn't
+    /// in memory (the caller holds the writer lock).
+    pub(crate) fn open(
         &self,
-        _writer: &MutexGuard<'_, ()>,
-        conn: &Mutex<Connection>,
+        writer: &MutexGuard<'_, ()>,
+        store: &Store,
         shape: &Shape,
-        params: &GraphParams,
     ) -> Result<()> {
         if self
             .graph
@@ -72,32 +168,50 @@ impl LiveIndex {
         {
             return Ok(());
         }
-        let rows: Vec<(u64, Vec<f32>)> = {
-            let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            let mut stmt = conn
-                .prepare("SELECT key, vals FROM vectors WHERE index_id = ?1")
-                .map_err(crate::db::sql_err)?;
-            let rows = stmt
-                .query_map(params![shape.index_id], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })
-                .map_err(crate::db::sql_err)?;
-            rows.map(|r| r.map(|(k, v)| (k as u64, decode(&v))))
-                .collect::<rusqlite::Result<_>>()
-                .map_err(crate::db::sql_err)?
+        let started = Instant::now();
+        let loaded;
+        let graph = match load(store, shape) {
+            Ok((graph, replayed)) => {
+                tracing::info!(
+                    index = shape.index_id,
+                    vectors = graph.ann.len(),
+                    replayed,
+                    pending = graph.tail.len(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "vector graph loaded"
+                );
+                self.loads.fetch_add(1, Ordering::Relaxed);
+                self.logged.store(replayed, Ordering::Relaxed);
+                loaded = true;
+                graph
+            }
+            Err(why) => {
+                let graph = rebuild(store, shape)?;
+                let level_warn = !matches!(why, Unusable::File(FileError::Missing));
+                if level_warn {
+                    tracing::warn!(index = shape.index_id, reason = %why, pending = graph.tail.len(), "vector graph file unusable; rebuilding the graph from the database");
+                } else {
+                    tracing::info!(
+                        index = shape.index_id,
+                        pending = graph.tail.len(),
+                        "vector graph built"
+                    );
+                }
+                self.builds.fetch_add(1, Ordering::Relaxed);
+                self.logged.store(0, Ordering::Relaxed);
+                loaded = false;
+                graph
+            }
         };
-        let started = std::time::Instant::now();
-        let graph = Usearch::new(shape.dimensions, shape.metric, params)?;
-        graph.reserve(rows.len())?;
-        let items: Vec<(u64, &[f32])> = rows.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        add_parallel(&graph, &items)?;
-        tracing::info!(
-            index = shape.index_id,
-            vectors = rows.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "vector graph built"
-        );
-        *self.graph.write().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(graph));
+        let pending = !graph.tail.is_empty();
+        *self.graph.write().unwrap_or_else(|e| e.into_inner()) = Some(graph);
+        if pending {
+            store.wake_drain(shape.index_id);
+        } else if !loaded {
+            // A graph built whole (a new or empty index): saved at once, so the next
+            // start loads it and replays the log from here.
+            self.checkpoint_logged(writer, store);
+        }
         Ok(())
     }
 
@@ -105,17 +219,271 @@ impl LiveIndex {
     /// failure the graph is dropped, to be rebuilt from SQLite.
     pub(crate) fn apply(&self, removed: &[u64], added: &[(u64, &[f32])]) {
         let mut g = self.graph.write().unwrap_or_else(|e| e.into_inner());
-        let Some(graph) = g.as_ref() else { return };
+        let Some(graph) = g.as_mut() else { return };
         let result = removed
             .iter()
-            .try_for_each(|k| graph.remove(*k))
-            .and_then(|()| graph.reserve(graph.len() + added.len()))
-            .and_then(|()| add_parallel(graph.as_ref(), added));
+            .try_for_each(|k| match graph.tail.remove(k) {
+                Some(_) => Ok(()),
+                None => graph.ann.remove(*k),
+            })
+            .and_then(|()| graph.ann.reserve(graph.ann.len() + added.len()))
+            .and_then(|()| add_parallel(graph.ann.as_ref(), added));
+        self.logged
+            .fetch_add(removed.len() + added.len(), Ordering::Relaxed);
         if let Err(e) = result {
             tracing::warn!(error = %e, "vector graph dropped after a failed update; it will be rebuilt");
             *g = None;
         }
     }
+
+    /// Saves the graph if enough was logged since its file that replaying it at the
+    /// next start would cost more than saving now: at least
+    /// [`GraphParams::checkpoint_min_keys`] keys and a quarter of the graph. A failed
+    /// save is logged; it loses nothing (the log still holds every write).
+    pub(crate) fn maybe_checkpoint(&self, writer: &MutexGuard<'_, ()>, store: &Store) {
+        let size = self.stats().in_graph;
+        let due = store.params.checkpoint_min_keys.max(size / 4);
+        if self.logged.load(Ordering::Relaxed) >= due {
+            self.checkpoint_logged(writer, store);
+        }
+    }
+
+    fn checkpoint_logged(&self, writer: &MutexGuard<'_, ()>, store: &Store) {
+        if let Err(e) = self.checkpoint(writer, store) {
+            tracing::warn!(error = %e, "vector graph not saved; the next start replays more of the log");
+        }
+    }
+
+    /// Writes the graph file and records it in SQLite (caller holds the writer lock).
+    /// Only a graph without a tail is saved: the tail's keys may be older than the log.
+    pub(crate) fn checkpoint(&self, _writer: &MutexGuard<'_, ()>, store: &Store) -> Result<()> {
+        let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+        let Some(graph) = g.as_ref() else {
+            return Ok(());
+        };
+        if !graph.tail.is_empty() {
+            return Ok(());
+        }
+        let shape = graph.shape;
+        let seq = {
+            let conn = store.conn();
+            if !index_exists(&conn, shape.index_id)? {
+                return Ok(()); // deleted meanwhile: no file for it
+            }
+            graph_log::latest(&conn, shape.index_id)?
+        };
+        let started = Instant::now();
+        let bytes = graph.ann.to_bytes()?;
+        let header = Header {
+            index_id: shape.index_id,
+            dimensions: shape.dimensions as u32,
+            metric: shape.metric.code(),
+            connectivity: store.params.connectivity as u32,
+            seq,
+            vectors: graph.ann.len() as u64,
+        };
+        drop(g);
+        graph_file::write(&store.dir, &header, &bytes)
+            .map_err(|e| VectorError::Graph(format!("cannot save the graph file: {e}")))?;
+        graph_log::record(&mut store.conn(), shape.index_id, seq)?;
+        self.logged.store(0, Ordering::Relaxed);
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            index = shape.index_id,
+            vectors = header.vectors,
+            bytes = bytes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "vector graph saved"
+        );
+        Ok(())
+    }
+
+    /// Moves up to [`DRAIN_CHUNK`] vectors of the tail into the graph; saves the graph
+    /// once the tail is empty. Returns how many are left.
+    pub(crate) fn drain(&self, store: &Store) -> Result<usize> {
+        let w = self.lock_writer();
+        let chunk: Vec<(u64, Vec<f32>)> = {
+            let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            let Some(graph) = g.as_ref() else {
+                return Ok(0);
+            };
+            graph
+                .tail
+                .iter()
+                .take(DRAIN_CHUNK)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect()
+        };
+        if chunk.is_empty() {
+            return Ok(0);
+        }
+        {
+            // Reserving moves the graph's tables: alone, under the write lock.
+            let g = self.graph.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(graph) = g.as_ref() {
+                graph.ann.reserve(graph.ann.len() + chunk.len())?;
+            }
+        }
+        {
+            // Inserting alongside queries (usearch inserts concurrently); until the
+            // keys leave the tail a query may see them twice, and merges them.
+            let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(graph) = g.as_ref() {
+                let items: Vec<(u64, &[f32])> =
+                    chunk.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+                add_parallel(graph.ann.as_ref(), &items)?;
+            }
+        }
+        let left = {
+            let mut g = self.graph.write().unwrap_or_else(|e| e.into_inner());
+            let Some(graph) = g.as_mut() else {
+                return Ok(0);
+            };
+            for (k, _) in &chunk {
+                graph.tail.remove(k);
+            }
+            graph.tail.len()
+        };
+        if left == 0 {
+            self.checkpoint(&w, store)?;
+        }
+        Ok(left)
+    }
+}
+
+/// Why a graph file was not used.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("{0}")]
+    Stale(String),
+    #[error(transparent)]
+    Vector(#[from] VectorError),
+}
+
+/// The graph from its file, with the keys logged after it replayed: removed from the
+/// graph, and those still stored put in the tail. Returns the graph and how many keys
+/// were replayed.
+fn load(store: &Store, shape: &Shape) -> std::result::Result<(Graph, usize), Unusable> {
+    let (h, bytes) = graph_file::read(&store.dir, shape.index_id)?;
+    let stale = |why: String| Err(Unusable::Stale(why));
+    if h.dimensions as usize != shape.dimensions
+        || h.metric != shape.metric.code()
+        || h.connectivity as usize != store.params.connectivity
+    {
+        return stale("its dimensions, metric or connectivity differ from the index's".into());
+    }
+    let (keys, tail, count) = {
+        let conn = store.conn();
+        let recorded = graph_log::checkpointed(&conn, shape.index_id)?;
+        let issued = graph_log::issued(&conn)?;
+        // Older than the log's checkpoint: the rows after it were dropped. Newer than
+        // any row issued: the database is older than the file (restored from a copy).
+        if h.seq < recorded || h.seq > issued {
+            return stale(format!(
+                "generation mismatch: the file covers the log to {}, the database \
+                 checkpointed {recorded} and issued {issued}",
+                h.seq
+            ));
+        }
+        let keys = graph_log::keys_after(&conn, shape.index_id, h.seq)?;
+        let tail = rows_by_key(&conn, shape.index_id, &keys)?;
+        (keys, tail, count_vectors(&conn, shape.index_id)?)
+    };
+    let ann = Usearch::from_bytes(shape.dimensions, shape.metric, &store.params, &bytes)?;
+    if ann.len() as u64 != h.vectors {
+        return stale(format!(
+            "the file says {} vectors, its graph holds {}",
+            h.vectors,
+            ann.len()
+        ));
+    }
+    for k in &keys {
+        if ann.contains(*k) {
+            ann.remove(*k)?;
+        }
+    }
+    let graph = Graph {
+        ann: Box::new(ann),
+        tail,
+        shape: *shape,
+    };
+    if graph.len() != count {
+        return stale(format!(
+            "after replaying the log the graph has {} vectors, the database {count}",
+            graph.len()
+        ));
+    }
+    Ok((graph, keys.len()))
+}
+
+/// An empty graph with every stored vector in its tail (the worker inserts them).
+fn rebuild(store: &Store, shape: &Shape) -> Result<Graph> {
+    let tail = {
+        let conn = store.conn();
+        let mut stmt = conn
+            .prepare("SELECT key, vals FROM vectors WHERE index_id = ?1")
+            .map_err(sql_err)?;
+        let rows = stmt
+            .query_map(params![shape.index_id], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, decode(&r.get::<_, Vec<u8>>(1)?)))
+            })
+            .map_err(sql_err)?;
+        rows.collect::<rusqlite::Result<HashMap<_, _>>>()
+            .map_err(sql_err)?
+    };
+    let ann = Usearch::new(shape.dimensions, shape.metric, &store.params)?;
+    ann.reserve(tail.len())?;
+    Ok(Graph {
+        ann: Box::new(ann),
+        tail,
+        shape: *shape,
+    })
+}
+
+/// The stored vectors of `index_id` among `keys`.
+fn rows_by_key(conn: &Connection, index_id: i64, keys: &[u64]) -> Result<HashMap<u64, Vec<f32>>> {
+    let mut out = HashMap::new();
+    for part in keys.chunks(500) {
+        let marks = vec!["?"; part.len()].join(",");
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT key, vals FROM vectors WHERE key IN ({marks}) AND +index_id = {index_id}"
+            ))
+            .map_err(sql_err)?;
+        let rows = stmt
+            .query_map(params_from_iter(part.iter().map(|k| *k as i64)), |r| {
+                Ok((r.get::<_, i64>(0)? as u64, decode(&r.get::<_, Vec<u8>>(1)?)))
+            })
+            .map_err(sql_err)?;
+        for r in rows {
+            let (k, v) = r.map_err(sql_err)?;
+            out.insert(k, v);
+        }
+    }
+    Ok(out)
+}
+
+fn count_vectors(conn: &Connection, index_id: i64) -> Result<usize> {
+    let n: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM vectors WHERE index_id = ?1",
+            [index_id],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+fn index_exists(conn: &Connection, index_id: i64) -> Result<bool> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM indexes WHERE id = ?1",
+        [index_id],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(sql_err)
 }
 
 /// Adds `items` to `graph` from one thread per core (usearch inserts concurrently).
@@ -142,12 +510,21 @@ fn add_parallel(graph: &dyn AnnGraph, items: &[(u64, &[f32])]) -> Result<()> {
 
 /// The live indexes by their row id.
 #[derive(Default)]
-pub(crate) struct LiveSet(Mutex<std::collections::HashMap<i64, Arc<LiveIndex>>>);
+pub(crate) struct LiveSet(Mutex<HashMap<i64, Arc<LiveIndex>>>);
 
 impl LiveSet {
     pub(crate) fn get(&self, index_id: i64) -> Arc<LiveIndex> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(index_id).or_default().clone()
+    }
+
+    /// The live index of `index_id` if it is in memory (the worker drains only those).
+    pub(crate) fn existing(&self, index_id: i64) -> Option<Arc<LiveIndex>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&index_id)
+            .cloned()
     }
 
     pub(crate) fn forget(&self, index_id: i64) {
@@ -156,4 +533,9 @@ impl LiveSet {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&index_id);
     }
+}
+
+/// Deletes the graph file of a deleted index (after its rows are gone).
+pub(crate) fn forget_file(dir: &Path, index_id: i64) {
+    graph_file::remove(dir, index_id);
 }

@@ -29,6 +29,15 @@ impl Metric {
         }
     }
 
+    /// The metric's number in a graph file's header.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Self::Cosine => 0,
+            Self::Euclidean => 1,
+            Self::DotProduct => 2,
+        }
+    }
+
     /// Whether a vector must have a length to be scored: cosine divides by it, so an
     /// all-zero vector would score 0 against everything in an exact scan and 1 in the
     /// graph. Such vectors are refused, stored or asked.

@@ -1,12 +1,14 @@
-//! Writes: insert, upsert and deletes. Each is one SQLite transaction, applied to the
-//! graph after it commits; the call returns only then, so an acknowledged write
-//! survives a crash (the graph is rebuilt from SQLite at the next use).
+//! Writes: insert, upsert and deletes. Each is one SQLite transaction, which also logs
+//! the keys it touched for the graph (`graph_log.rs`), applied to the graph after it
+//! commits; the call returns only then, so an acknowledged write survives a crash (the
+//! next start loads the saved graph and replays the log after it).
 
 use rusqlite::{params, params_from_iter, OptionalExtension};
 
 use crate::db::{new_mutation_id, slot_value, sql_err, still_there, touch, IndexRow, VectorDb};
 use crate::error::{Result, VectorError};
 use crate::filter::Filter;
+use crate::graph_log;
 use crate::metric::has_length;
 use crate::query::check_ids;
 use crate::record::{Mutation, VectorRecord, WriteMode};
@@ -31,7 +33,7 @@ impl VectorDb {
         }
         let live = inner.live(&row);
         let writer = live.lock_writer();
-        live.build(&writer, &inner.conn, &row.shape(), &inner.params)?;
+        live.open(&writer, &inner.store, &row.shape())?;
         let mutation = new_mutation_id();
         let mut removed = Vec::new();
         let mut added: Vec<(u64, &[f32])> = Vec::with_capacity(records.len());
@@ -103,10 +105,17 @@ impl VectorDb {
                     ));
                 }
             }
+            let logged: Vec<u64> = removed
+                .iter()
+                .copied()
+                .chain(added.iter().map(|(k, _)| *k))
+                .collect();
+            graph_log::log_keys(&tx, row.id, &logged)?;
             touch(&tx, row.id, &mutation)?;
             tx.commit().map_err(sql_err)?;
         }
         live.apply(&removed, &added);
+        live.maybe_checkpoint(&writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,
             count: added.len(),
@@ -169,7 +178,7 @@ impl VectorDb {
         let inner = &self.inner;
         let live = inner.live(row);
         let writer = live.lock_writer();
-        live.build(&writer, &inner.conn, &row.shape(), &inner.params)?;
+        live.open(&writer, &inner.store, &row.shape())?;
         let mutation = new_mutation_id();
         let keys = {
             let mut conn = inner.conn();
@@ -184,12 +193,15 @@ impl VectorDb {
                     delete.execute([k]).map_err(sql_err)?;
                 }
             }
+            let logged: Vec<u64> = keys.iter().map(|k| *k as u64).collect();
+            graph_log::log_keys(&tx, row.id, &logged)?;
             touch(&tx, row.id, &mutation)?;
             tx.commit().map_err(sql_err)?;
             keys
         };
         let removed: Vec<u64> = keys.iter().map(|k| *k as u64).collect();
         live.apply(&removed, &[]);
+        live.maybe_checkpoint(&writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,
             count: removed.len(),

@@ -12,6 +12,7 @@ use crate::metric::has_length;
 use crate::record::{Match, Query, ReturnMetadata, VectorRecord};
 use crate::remote::collection;
 use crate::schema::decode;
+use crate::search;
 
 impl VectorDb {
     /// The `top_k` vectors closest to `q.vector` among those in `q.namespace` that
@@ -77,41 +78,22 @@ impl VectorDb {
                 .collect());
         }
         let live = inner.live(&row);
-        let guard = live.read(&inner.conn, &row.shape(), &inner.params)?;
+        let guard = live.read(&inner.store, &row.shape())?;
         let Some(graph) = guard.as_ref() else {
             return Ok(Vec::new());
         };
         let metric = row.desc.metric;
+        let params = inner.params();
         let scored: Vec<(u64, f32)> = match self.candidates(&row, q)? {
-            Candidates::All => graph
-                .search(&q.vector, q.top_k, None)?
-                .into_iter()
-                .map(|(k, d)| (k, metric.score_of_distance(d)))
-                .collect(),
-            Candidates::Few(keys) => {
-                let mut buf = vec![0f32; dims];
-                let mut s: Vec<(u64, f32)> = Vec::with_capacity(keys.len());
-                for k in keys {
-                    if graph.get(k, &mut buf) {
-                        s.push((k, metric.score(&q.vector, &buf)));
-                    }
-                }
-                s.sort_by(|a, b| metric.closer_first(a.1, b.1));
-                s.truncate(q.top_k);
-                s
-            }
+            Candidates::All => search::nearest(graph, params, metric, &q.vector, q.top_k, None)?,
+            Candidates::Few(keys) => search::scan(graph, metric, &q.vector, q.top_k, keys),
             Candidates::Many(keys) => {
-                // A predicate that rejects part of the graph leaves fewer candidates per
-                // step; widen the search by the inverse of the share admitted.
-                let ef = inner.params.expansion_search;
-                let widened = (ef * graph.len()).div_ceil(keys.len().max(1));
-                let want = widened.clamp(q.top_k, 4 * ef);
-                let mut found = graph.search(&q.vector, want, Some(&|k| keys.contains(&k)))?;
-                found.truncate(q.top_k);
-                found
-                    .into_iter()
-                    .map(|(k, d)| (k, metric.score_of_distance(d)))
-                    .collect()
+                let ef = search::ef(params, graph.ann.len(), q.top_k);
+                if search::exact_is_cheaper(params, keys.len(), dims, ef) {
+                    search::scan(graph, metric, &q.vector, q.top_k, keys)
+                } else {
+                    search::nearest(graph, params, metric, &q.vector, q.top_k, Some(&keys))?
+                }
             }
         };
         drop(guard);
@@ -176,7 +158,7 @@ impl VectorDb {
             cond.push_str(" AND ");
             cond.push_str(&f.to_sql(&|p| row.column(p), &mut params));
         }
-        let few = self.inner.params.exact_scan_max;
+        let few = self.inner.params().exact_scan_max;
         let conn = self.inner.conn();
         let mut stmt = conn
             .prepare(&format!("SELECT key FROM vectors WHERE {cond}"))

@@ -4,6 +4,10 @@
 //! `m0..m9`, and a declared metadata index takes one of them, so declaring an index is
 //! a backfill of one column, not a schema change. Each column has a partial SQL index
 //! on `(index_id, column)`.
+//!
+//! `graph_log` names every vector key a committed write added or removed, in the
+//! write's own transaction; `graph_checkpoints` records the last log row each saved
+//! graph file includes (see `graph_log.rs`).
 
 use kiln_db::Schema;
 
@@ -54,12 +58,23 @@ CREATE INDEX IF NOT EXISTS vectors_m5 ON vectors (index_id, m5) WHERE m5 IS NOT 
 CREATE INDEX IF NOT EXISTS vectors_m6 ON vectors (index_id, m6) WHERE m6 IS NOT NULL;
 CREATE INDEX IF NOT EXISTS vectors_m7 ON vectors (index_id, m7) WHERE m7 IS NOT NULL;
 CREATE INDEX IF NOT EXISTS vectors_m8 ON vectors (index_id, m8) WHERE m8 IS NOT NULL;
-CREATE INDEX IF NOT EXISTS vectors_m9 ON vectors (index_id, m9) WHERE m9 IS NOT NULL;";
+CREATE INDEX IF NOT EXISTS vectors_m9 ON vectors (index_id, m9) WHERE m9 IS NOT NULL;
+CREATE TABLE IF NOT EXISTS graph_log (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    index_id INTEGER NOT NULL,
+    key      INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS graph_log_by_index ON graph_log (index_id, seq);
+CREATE TABLE IF NOT EXISTS graph_checkpoints (
+    index_id INTEGER PRIMARY KEY,
+    seq      INTEGER NOT NULL
+);";
 
 pub(crate) const SCHEMA: Schema = Schema {
     what: "vector database",
     sql: &[TABLES],
-    version: 1,
+    // 2: the graph log; an older build would write without logging, so it must refuse.
+    version: 2,
 };
 
 /// The database file inside the index directory.
@@ -75,4 +90,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Vec<f32> {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// A SQLite failure on the vector database, naming the file.
+pub(crate) fn sql_err(e: rusqlite::Error) -> crate::VectorError {
+    kiln_db::DbError::sql(SCHEMA.what, std::path::Path::new(DB_FILE), e).into()
 }

@@ -1,5 +1,6 @@
 //! Log output: `tracing` events to stderr as plain text or JSON lines, filtered by
-//! `RUST_LOG` (default: warnings, plus the server's request and lifecycle logs).
+//! `RUST_LOG` (default: warnings, plus the server's request and lifecycle logs and the
+//! vector index's graph loads, builds and saves).
 
 use std::io::IsTerminal;
 
@@ -17,7 +18,7 @@ pub enum LogFormat {
 /// Installs the global subscriber; call once, early in `main`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("warn,kiln_server=info"));
+        .unwrap_or_else(|_| EnvFilter::new("warn,kiln_server=info,kiln_vectors=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

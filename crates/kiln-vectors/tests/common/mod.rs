@@ -47,3 +47,20 @@ pub fn exact_top<'a>(
     s.sort_by(|a, b| b.0.total_cmp(&a.0));
     s.into_iter().take(k).map(|(_, id)| id.clone()).collect()
 }
+
+/// `n` random Gaussian vectors of `dims` (Box-Muller): no clusters for a graph to
+/// route through, the hard case for recall.
+pub fn gaussian(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            (0..dims)
+                .map(|_| {
+                    let u: f64 = rng.random::<f64>().max(1e-12);
+                    let v: f64 = rng.random();
+                    ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+                })
+                .collect()
+        })
+        .collect()
+}
