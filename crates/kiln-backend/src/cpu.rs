@@ -73,6 +73,30 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// The packed layout's version; the kernel table only decides which types are
+    /// packed, which adoption checks per matrix.
+    fn prepared_layout(&self) -> Option<String> {
+        Some(format!(
+            "kiln-cpu-packed v{} rows {}",
+            kiln_kernels::packed::LAYOUT_VERSION,
+            kiln_kernels::packed::PACK_ROWS
+        ))
+    }
+
+    fn prepared_copy(&self, m: &QMatrix) -> Option<WeightBytes> {
+        m.packed_copy()
+    }
+
+    fn adopt_prepared(&self, m: &mut QMatrix, bytes: WeightBytes) -> Prepared {
+        if !m.adopt_packed(self.kernels, bytes) {
+            return Prepared::default();
+        }
+        Prepared {
+            copy_bytes: m.packed_bytes(),
+            unused_mapping: m.mapped_range(),
+        }
+    }
+
     fn vector(&self, values: Vec<f32>) -> Vec<f32> {
         values
     }
