@@ -51,7 +51,8 @@ impl ServerProcess {
             )
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kiln_server=info".into()),
+                std::env::var("RUST_LOG")
+                    .unwrap_or_else(|_| "warn,kiln_server=info,kiln_model=info".into()),
             )
             // Settings the caller's environment may carry must not leak into the test.
             .env_remove("KILN_LOG_FORMAT")
