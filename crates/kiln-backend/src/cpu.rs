@@ -2,6 +2,7 @@
 //! activations in host vectors, the paged [`KvCache`], work split over a [`ThreadPool`]
 //! and per-element kernels from the runtime-selected [`KernelTable`].
 
+use kiln_kernels::packed::PackedType;
 use kiln_kernels::{ops, KernelTable, WeightType};
 
 use crate::attention::{paged_attention, AttentionParams, SeqSpan};
@@ -73,13 +74,19 @@ impl Backend for CpuBackend {
         }
     }
 
-    /// The packed layout's version; the kernel table only decides which types are
-    /// packed, which adoption checks per matrix.
+    /// The packed layout's version and the types this kernel table packs: a copy made
+    /// where fewer types had kernels would leave this table's matrices unpacked.
     fn prepared_layout(&self) -> Option<String> {
+        let types: Vec<String> = PackedType::ALL
+            .into_iter()
+            .filter(|&ty| self.kernels.packed_gemm(ty).is_some())
+            .map(|ty| format!("{ty:?}"))
+            .collect();
         Some(format!(
-            "kiln-cpu-packed v{} rows {}",
+            "kiln-cpu-packed v{} rows {} types {}",
             kiln_kernels::packed::LAYOUT_VERSION,
-            kiln_kernels::packed::PACK_ROWS
+            kiln_kernels::packed::PACK_ROWS,
+            types.join(",")
         ))
     }
 
