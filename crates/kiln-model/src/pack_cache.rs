@@ -122,6 +122,8 @@ impl PackCache {
     /// The file for `key`, if there is one whose header checks out for `n` entries.
     /// `Err` describes a file that was there but unusable.
     pub(crate) fn open(&self, key: &Fingerprint, n: usize) -> Result<Option<CachedPack>, String> {
+        // A start is when a writer killed mid-write (`kill -9`) is found out.
+        self.remove_orphans();
         let path = self.path_of(key);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -161,7 +163,6 @@ impl PackCache {
     /// Writes `copies` (one per matrix; `None`: no copy) as the file for `key`.
     pub(crate) fn write(&self, key: &Fingerprint, copies: &[Option<&[u8]>]) -> std::io::Result<()> {
         fs::create_dir_all(&self.dir)?;
-        self.remove_orphans();
         let header_len = 8 + 4 + 32 + 4 + 16 * copies.len() as u64 + 32;
         let mut entries = Vec::with_capacity(copies.len());
         let mut at = header_len.next_multiple_of(ALIGN);
