@@ -396,9 +396,7 @@ mod tests {
         let live = dir.path().join(format!(".1.00ff{TMP_SUFFIX}"));
         fs::write(&dead, b"torn").expect("write");
         fs::write(&live, b"in progress").expect("write");
-        cache
-            .write(&[1u8; 32], &[Some(&[2u8; 10][..])])
-            .expect("written");
+        assert!(cache.open(&[1u8; 32], 1).expect("no file").is_none());
         assert!(!dead.exists());
         assert!(live.exists(), "pid 1 is alive");
     }
