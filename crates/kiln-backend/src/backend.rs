@@ -111,6 +111,26 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// load; matrices only looked up, like the embedding table, are not prepared).
     fn prepare(&self, m: &mut Self::Matrix) -> Prepared;
 
+    /// Names the layout [`prepare`](Self::prepare) makes, for a cache of prepared copies:
+    /// two backends with the same name read each other's copies. `None` (the default):
+    /// nothing worth keeping.
+    fn prepared_layout(&self) -> Option<String> {
+        None
+    }
+
+    /// A handle on the backend's prepared copy of `m`, to persist while `m` serves from
+    /// it (`None` if it made none).
+    fn prepared_copy(&self, _m: &Self::Matrix) -> Option<WeightBytes> {
+        None
+    }
+
+    /// Takes `bytes`, an earlier [`prepared_copy`](Self::prepared_copy) of the same
+    /// matrix in this [`prepared_layout`](Self::prepared_layout), instead of preparing;
+    /// `Prepared::default()` if it can't (then call `prepare`).
+    fn adopt_prepared(&self, _m: &mut Self::Matrix, _bytes: WeightBytes) -> Prepared {
+        Prepared::default()
+    }
+
     fn vector(&self, values: Vec<f32>) -> Self::Vector;
 
     /// Grows `a` to hold at least `len` floats (never shrinks).

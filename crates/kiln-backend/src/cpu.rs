@@ -2,6 +2,7 @@
 //! activations in host vectors, the paged [`KvCache`], work split over a [`ThreadPool`]
 //! and per-element kernels from the runtime-selected [`KernelTable`].
 
+use kiln_kernels::packed::PackedType;
 use kiln_kernels::{ops, KernelTable, WeightType};
 
 use crate::attention::{paged_attention, AttentionParams, SeqSpan};
@@ -65,6 +66,36 @@ impl Backend for CpuBackend {
     /// packed matrix are never read again.
     fn prepare(&self, m: &mut QMatrix) -> Prepared {
         if !m.pack(self.kernels, &self.pool) {
+            return Prepared::default();
+        }
+        Prepared {
+            copy_bytes: m.packed_bytes(),
+            unused_mapping: m.mapped_range(),
+        }
+    }
+
+    /// The packed layout's version and the types this kernel table packs: a copy made
+    /// where fewer types had kernels would leave this table's matrices unpacked.
+    fn prepared_layout(&self) -> Option<String> {
+        let types: Vec<String> = PackedType::ALL
+            .into_iter()
+            .filter(|&ty| self.kernels.packed_gemm(ty).is_some())
+            .map(|ty| format!("{ty:?}"))
+            .collect();
+        Some(format!(
+            "kiln-cpu-packed v{} rows {} types {}",
+            kiln_kernels::packed::LAYOUT_VERSION,
+            kiln_kernels::packed::PACK_ROWS,
+            types.join(",")
+        ))
+    }
+
+    fn prepared_copy(&self, m: &QMatrix) -> Option<WeightBytes> {
+        m.packed_copy()
+    }
+
+    fn adopt_prepared(&self, m: &mut QMatrix, bytes: WeightBytes) -> Prepared {
+        if !m.adopt_packed(self.kernels, bytes) {
             return Prepared::default();
         }
         Prepared {

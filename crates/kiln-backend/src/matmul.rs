@@ -54,6 +54,22 @@ impl WeightBytes {
             WeightBytes::Owned(v) => v,
         }
     }
+
+    /// Another handle on the same bytes, for a mapping (`None` for owned bytes).
+    pub fn share(&self) -> Option<WeightBytes> {
+        match self {
+            WeightBytes::Mapped {
+                source,
+                offset,
+                len,
+            } => Some(WeightBytes::Mapped {
+                source: source.clone(),
+                offset: *offset,
+                len: *len,
+            }),
+            WeightBytes::Owned(_) => None,
+        }
+    }
 }
 
 /// A `rows × cols` weight matrix, row-major, each row `row_bytes` long.
@@ -71,7 +87,8 @@ pub struct QMatrix {
 
 struct Packed {
     ty: PackedType,
-    bytes: Vec<u8>,
+    /// Made at load (owned), or a previous load's copy mapped from the pack cache.
+    bytes: WeightBytes,
     gemm: PackedGemmFn,
 }
 
@@ -133,6 +150,41 @@ impl QMatrix {
         if failed.into_inner() {
             return false;
         }
+        // Shared, so a writer can persist the copy while the matrix serves from it.
+        let len = bytes.len();
+        self.packed = Some(Packed {
+            ty,
+            bytes: WeightBytes::Mapped {
+                source: Arc::new(bytes),
+                offset: 0,
+                len,
+            },
+            gemm,
+        });
+        true
+    }
+
+    /// A handle on the packed copy, to persist: what [`adopt_packed`](Self::adopt_packed)
+    /// takes back on a later load.
+    pub fn packed_copy(&self) -> Option<WeightBytes> {
+        self.packed.as_ref().and_then(|p| p.bytes.share())
+    }
+
+    /// Takes `bytes`, a previous [`pack`](Self::pack) of this same matrix (same type,
+    /// shape and source bytes: the caller's fingerprint vouches for that), instead of
+    /// packing again. `false` (nothing changed) if `kt` has no packed kernel for the type
+    /// or the length is not the packed size.
+    pub fn adopt_packed(&mut self, kt: &KernelTable, bytes: WeightBytes) -> bool {
+        let Some(ty) = PackedType::for_weight(self.ty) else {
+            return false;
+        };
+        let Some(gemm) = kt.packed_gemm(ty) else {
+            return false;
+        };
+        let want = self.rows.div_ceil(PACK_ROWS) * ty.group_bytes(self.cols);
+        if want == 0 || bytes.bytes().len() != want {
+            return false;
+        }
         self.packed = Some(Packed { ty, bytes, gemm });
         true
     }
@@ -150,12 +202,12 @@ impl QMatrix {
     pub fn bytes_read(&self) -> usize {
         self.packed
             .as_ref()
-            .map_or_else(|| self.data.bytes().len(), |p| p.bytes.len())
+            .map_or_else(|| self.data.bytes().len(), |p| p.bytes.bytes().len())
     }
 
     /// Bytes of the packed copy (0 if not packed).
     pub fn packed_bytes(&self) -> usize {
-        self.packed.as_ref().map_or(0, |p| p.bytes.len())
+        self.packed.as_ref().map_or(0, |p| p.bytes.bytes().len())
     }
 
     pub fn row(&self, r: usize) -> &[u8] {
@@ -272,11 +324,12 @@ fn matmul_packed(
 ) {
     let group_bytes = p.ty.group_bytes(w.cols);
     let n_groups = w.rows.div_ceil(PACK_ROWS);
+    let packed = p.bytes.bytes();
     let nb = w.cols / p.ty.block_elems();
     let (rows, act_row) = (w.rows, w.act_row_bytes);
     let out_ptr = SyncPtr::new(out);
     let group_gemm = |g: usize| {
-        let group = &p.bytes[g * group_bytes..(g + 1) * group_bytes];
+        let group = &packed[g * group_bytes..(g + 1) * group_bytes];
         let r0 = g * PACK_ROWS;
         let live = PACK_ROWS.min(rows - r0);
         let mut tile = [[0f32; PACK_ROWS]; TILE_TOKENS];

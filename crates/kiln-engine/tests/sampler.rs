@@ -6,6 +6,7 @@ fn sample_with(logits: &[f32], p: &SamplingParams, seed: u64, banned: &[u32]) ->
     let mut st = SeqSamplingState::new(p, seed, &[]);
     Sampler::new()
         .sample(&mut logits.to_vec(), p, &mut st, banned)
+        .expect("finite")
         .token
 }
 
@@ -31,7 +32,7 @@ fn tight_filters_reduce_to_the_argmax() {
     let logits: Vec<f32> = (0..1000)
         .map(|i| ((i * 7919) % 1000) as f32 / 100.0)
         .collect();
-    let best = kiln_engine::sample::argmax(&logits);
+    let best = kiln_engine::sample::argmax(&logits).expect("finite");
     for p in [
         SamplingParams {
             top_k: 1,
@@ -67,7 +68,11 @@ fn seeded_streams_are_reproducible() {
         let mut st = SeqSamplingState::new(&p, seed, &[]);
         let mut s = Sampler::new();
         (0..50)
-            .map(|_| s.sample(&mut logits.clone(), &p, &mut st, &[]).token)
+            .map(|_| {
+                s.sample(&mut logits.clone(), &p, &mut st, &[])
+                    .expect("finite")
+                    .token
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(run(7), run(7));
@@ -84,7 +89,10 @@ fn draws_follow_the_distribution() {
     let n = 20_000;
     let mut counts = [0usize; 3];
     for _ in 0..n {
-        counts[s.sample(&mut logits.clone(), &p, &mut st, &[]).token as usize] += 1;
+        counts[s
+            .sample(&mut logits.clone(), &p, &mut st, &[])
+            .expect("finite")
+            .token as usize] += 1;
     }
     for (c, want) in counts.iter().zip(probs) {
         let got = *c as f32 / n as f32;
@@ -103,7 +111,10 @@ fn top_p_keeps_the_smallest_sufficient_set() {
     let mut st = SeqSamplingState::new(&p, 3, &[]);
     let mut s = Sampler::new();
     for _ in 0..2000 {
-        let t = s.sample(&mut logits.clone(), &p, &mut st, &[]).token;
+        let t = s
+            .sample(&mut logits.clone(), &p, &mut st, &[])
+            .expect("finite")
+            .token;
         assert_ne!(t, 2);
     }
 }
@@ -118,6 +129,7 @@ fn penalties_push_repeated_tokens_down() {
     let mut st = SeqSamplingState::new(&p, 0, &[0]);
     let got = Sampler::new()
         .sample(&mut logits.to_vec(), &p, &mut st, &[])
+        .expect("finite")
         .token;
     assert_eq!(got, 1, "2.0/1.5 < 1.9");
 
@@ -130,6 +142,7 @@ fn penalties_push_repeated_tokens_down() {
     assert_eq!(
         Sampler::new()
             .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .expect("finite")
             .token,
         0
     );
@@ -137,6 +150,7 @@ fn penalties_push_repeated_tokens_down() {
     assert_eq!(
         Sampler::new()
             .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .expect("finite")
             .token,
         1
     );
@@ -150,6 +164,7 @@ fn penalties_push_repeated_tokens_down() {
     assert_eq!(
         Sampler::new()
             .sample(&mut logits.to_vec(), &p, &mut st, &[])
+            .expect("finite")
             .token,
         1
     );
@@ -164,7 +179,9 @@ fn logprobs_come_from_the_raw_distribution() {
         ..SamplingParams::greedy()
     };
     let mut st = SeqSamplingState::new(&p, 0, &[]);
-    let s = Sampler::new().sample(&mut logits.to_vec(), &p, &mut st, &[]);
+    let s = Sampler::new()
+        .sample(&mut logits.to_vec(), &p, &mut st, &[])
+        .expect("finite");
     assert_eq!(s.token, 0, "bias decides the token");
     let lse = logits.iter().map(|l| l.exp()).sum::<f32>().ln();
     let lp = s.logprob.expect("asked for logprobs");
@@ -173,4 +190,40 @@ fn logprobs_come_from_the_raw_distribution() {
     assert_eq!(s.top_logprobs[0].0, 2);
     assert_eq!(s.top_logprobs[1].0, 1);
     assert!((s.top_logprobs[0].1 - (3.0 - lse)).abs() < 1e-5);
+}
+
+#[test]
+fn a_non_finite_row_makes_no_token_however_it_is_sampled() {
+    let mut logits = vec![0.5f32; 300];
+    logits[7] = 2.0;
+    let masked = [u32::MAX; 10];
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        // The bad logit sits on a banned token: still refused, as the scan used to.
+        logits[200] = bad;
+        for p in [
+            SamplingParams::greedy(),
+            SamplingParams {
+                temperature: 0.8,
+                top_p: 0.9,
+                ..Default::default()
+            },
+            SamplingParams {
+                logprobs: Some(3),
+                ..SamplingParams::greedy()
+            },
+        ] {
+            let mut st = SeqSamplingState::new(&p, 1, &[]);
+            let mut s = Sampler::new();
+            for mask in [None, Some(&masked[..])] {
+                let r = s.sample_masked(&mut logits.clone(), &p, &mut st, &[200], mask);
+                assert!(r.is_err(), "{bad} {p:?} mask {}", mask.is_some());
+            }
+            assert!(s.logprobs_of(&logits, 7, 2).is_err());
+        }
+    }
+    logits[200] = 0.5;
+    let p = SamplingParams::greedy();
+    let mut st = SeqSamplingState::new(&p, 1, &[]);
+    let r = Sampler::new().sample(&mut logits, &p, &mut st, &[7]);
+    assert_eq!(r.expect("finite").token, 0, "the banned best is skipped");
 }

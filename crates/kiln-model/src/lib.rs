@@ -14,12 +14,14 @@ mod diagnose;
 mod error;
 mod forward;
 pub mod lora;
+mod pack_cache;
 pub mod perplexity;
 mod weights;
 mod workspace;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use kiln_backend::{Backend, CpuBackend, KvDtype, KvShape};
 use kiln_formats::GgufFile;
@@ -31,6 +33,8 @@ pub use error::{Error, Result};
 pub use kiln_backend::Activation;
 pub use kiln_backend::SeqSpan;
 pub use lora::{LoraAdapter, LoraBatch, LoraError};
+pub use pack_cache::PackCache;
+use pack_cache::PackOutcome;
 pub use workspace::{ForwardProfile, Workspace};
 
 /// A loaded model: configuration, and weights bound to the file mapping in the memory of
@@ -40,7 +44,20 @@ pub struct Model<B: Backend = CpuBackend> {
     config: ModelConfig,
     weights: weights::Weights<B>,
     packed_bytes: usize,
+    prepared_from_cache: bool,
+    /// The thread writing this load's prepared copies to the pack cache, if any.
+    pack_writer: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
     backend: B,
+}
+
+/// A model dropped while its prepared copies are still being written waits for the
+/// writer: a process that exits normally leaves a whole cache file, not a temporary one.
+impl<B: Backend> Drop for Model<B> {
+    fn drop(&mut self) {
+        if let Some(Err(e)) = self.finish_pack_cache() {
+            tracing::warn!(error = %e, "could not keep the prepared weights in the pack cache");
+        }
+    }
 }
 
 /// Options that don't come from the model file.
@@ -52,6 +69,9 @@ pub struct LoadOptions {
     /// Repack matmul weights for the batched kernels where the CPU has them (a copy of
     /// those weights in memory, made once at load).
     pub repack: bool,
+    /// Keep repacked weights here and map them on later loads instead of repacking
+    /// (see [`PackCache`]); `None`: repack at every load.
+    pub pack_cache: Option<PackCache>,
 }
 
 impl LoadOptions {
@@ -61,6 +81,7 @@ impl LoadOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernels: KernelTable::best(),
             repack: true,
+            pack_cache: None,
         }
     }
 }
@@ -75,26 +96,45 @@ impl Model<CpuBackend> {
     /// Binds `file`'s weights for the CPU backend, repacked if `opts.repack`.
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self> {
         let backend = CpuBackend::new(opts.threads, opts.kernels);
-        Self::with_backend(file, backend, opts.repack)
+        let prepare = opts.repack.then(|| Prepare {
+            cache: opts.pack_cache.clone(),
+            threads: opts.threads,
+        });
+        Self::with_backend(file, backend, prepare)
     }
+}
+
+/// How [`Model::with_backend`] prepares the matmul weights (see [`Backend::prepare`]).
+#[derive(Debug, Clone, Default)]
+pub struct Prepare {
+    /// Where prepared copies are kept between loads.
+    pub cache: Option<PackCache>,
+    /// Threads that fingerprint the weights for the cache.
+    pub threads: usize,
 }
 
 impl<B: Backend> Model<B> {
     /// Binds `file`'s weights in `backend`, and prepares the matmul weights for its
-    /// kernels if `prepare` (see [`Backend::prepare`]).
-    pub fn with_backend(file: Arc<GgufFile>, backend: B, prepare: bool) -> Result<Self> {
+    /// kernels if asked to (see [`Backend::prepare`]).
+    pub fn with_backend(file: Arc<GgufFile>, backend: B, prepare: Option<Prepare>) -> Result<Self> {
         let config = ModelConfig::from_gguf(&file)?;
         let mut weights = weights::Weights::load(&file, &config, &backend)?;
-        let packed_bytes = if prepare {
-            weights.prepare(&backend, &file)
-        } else {
-            0
+        let (packed_bytes, outcome) = match prepare {
+            Some(p) => weights.prepare(&backend, &file, p.cache.as_ref(), p.threads),
+            None => (0, PackOutcome::Off),
+        };
+        let prepared_from_cache = matches!(outcome, PackOutcome::Mapped);
+        let pack_writer = match outcome {
+            PackOutcome::Writing(w) => Some(w),
+            PackOutcome::Off | PackOutcome::Mapped => None,
         };
         Ok(Self {
             file,
             config,
             weights,
             packed_bytes,
+            prepared_from_cache,
+            pack_writer: Mutex::new(pack_writer),
             backend,
         })
     }
@@ -112,6 +152,26 @@ impl<B: Backend> Model<B> {
     /// Memory taken by weights repacked for the batched kernels (0 if none were).
     pub fn packed_bytes(&self) -> usize {
         self.packed_bytes
+    }
+
+    /// Whether the repacked weights were mapped from the pack cache (no repacking).
+    pub fn prepared_from_cache(&self) -> bool {
+        self.prepared_from_cache
+    }
+
+    /// Waits until this load's repacked weights are in the pack cache, if it is writing
+    /// them; `Some` with the outcome the first time, `None` if nothing was being written.
+    pub fn finish_pack_cache(&self) -> Option<std::io::Result<()>> {
+        let writer = self
+            .pack_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        Some(
+            writer
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the pack cache writer panicked"))),
+        )
     }
 
     /// The first tensor of the model's file holding a NaN or an infinity (see

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use kiln_backend::{Backend, WeightBytes, WeightMatrix};
+use kiln_backend::{Backend, Prepared, WeightBytes, WeightMatrix};
 use kiln_formats::{GgmlType, GgufFile};
 use kiln_kernels::WeightType;
 
 use crate::config::{Arch, ModelConfig};
+use crate::pack_cache::{CachedPack, PackCache, PackOutcome, SourceMatrix};
 use crate::{Error, Result};
 
 /// One transformer block's weights, in backend `B`'s memory. Optional parts exist only
@@ -147,24 +148,99 @@ impl<B: Backend> Weights<B> {
         layers + self.output.bytes_read()
     }
 
-    /// Prepares every matmul weight (not the embedding table, which is only looked up)
-    /// for the backend's kernels, and hands back to the OS the mapped pages the backend
-    /// will not read again; returns the bytes the backend's copies take.
-    pub fn prepare(&mut self, backend: &B, file: &GgufFile) -> usize {
-        let mut bytes = 0;
-        let matrices = self.layers.iter_mut().flat_map(|lw| {
+    /// Every prepared matrix (not the embedding table, which is only looked up), with
+    /// its tensor's name, in one fixed order.
+    fn prepared_mut<'w>(
+        &'w mut self,
+        file: &GgufFile,
+    ) -> impl Iterator<Item = (String, &'w mut B::Matrix)> + 'w {
+        let output = if file.has_tensor("output.weight") {
+            "output.weight"
+        } else {
+            "token_embd.weight"
+        };
+        let layers = self.layers.iter_mut().enumerate().flat_map(|(i, lw)| {
             [
-                &mut lw.wq,
-                &mut lw.wk,
-                &mut lw.wv,
-                &mut lw.wo,
-                &mut lw.w_gate,
-                &mut lw.w_up,
-                &mut lw.w_down,
+                ("attn_q", &mut lw.wq),
+                ("attn_k", &mut lw.wk),
+                ("attn_v", &mut lw.wv),
+                ("attn_output", &mut lw.wo),
+                ("ffn_gate", &mut lw.w_gate),
+                ("ffn_up", &mut lw.w_up),
+                ("ffn_down", &mut lw.w_down),
             ]
+            .map(|(s, m)| (format!("blk.{i}.{s}.weight"), m))
         });
-        for m in matrices.chain([&mut self.output]) {
-            let prepared = backend.prepare(m);
+        layers.chain([(output.to_string(), &mut self.output)])
+    }
+
+    /// Prepares every matmul weight for the backend's kernels, and hands back to the OS
+    /// the mapped pages the backend will not read again; returns the bytes the
+    /// backend's copies take and how the cache served. With a `cache`, copies an earlier
+    /// load made of the same tensors are mapped instead of made, and copies made now are
+    /// written for the next load while this one serves.
+    pub fn prepare(
+        &mut self,
+        backend: &B,
+        file: &GgufFile,
+        cache: Option<&PackCache>,
+        threads: usize,
+    ) -> (usize, PackOutcome) {
+        let Some((cache, layout)) = cache.zip(backend.prepared_layout()) else {
+            return (self.prepare_each(backend, file, None), PackOutcome::Off);
+        };
+        let names: Vec<String> = self.prepared_mut(file).map(|(n, _)| n).collect();
+        let sources: Option<Vec<SourceMatrix<'_>>> = names
+            .iter()
+            .map(|name| {
+                let t = file.tensor(name).ok()?;
+                Some(SourceMatrix {
+                    name,
+                    dtype: t.dtype.to_string(),
+                    shape: t.shape,
+                    data: t.data,
+                })
+            })
+            .collect();
+        let Some(sources) = sources else {
+            return (self.prepare_each(backend, file, None), PackOutcome::Off);
+        };
+        let key = PackCache::fingerprint(&layout, &sources, threads);
+        match cache.open(&key, names.len()) {
+            Ok(Some(pack)) => {
+                tracing::info!(dir = %cache.dir().display(), "prepared weights mapped from the pack cache");
+                return (
+                    self.prepare_each(backend, file, Some(&pack)),
+                    PackOutcome::Mapped,
+                );
+            }
+            Ok(None) => {}
+            Err(why) => tracing::warn!(%why, "ignoring an unusable pack cache file"),
+        }
+        let bytes = self.prepare_each(backend, file, None);
+        let copies: Vec<_> = self
+            .prepared_mut(file)
+            .map(|(_, m)| backend.prepared_copy(m))
+            .collect();
+        match cache.write_in_background(key, copies) {
+            Ok(writer) => (bytes, PackOutcome::Writing(writer)),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start writing the pack cache");
+                (bytes, PackOutcome::Off)
+            }
+        }
+    }
+
+    /// [`prepare`](Self::prepare) matrix by matrix: adopting `pack`'s copy where it has
+    /// one the backend takes, preparing afresh otherwise.
+    fn prepare_each(&mut self, backend: &B, file: &GgufFile, pack: Option<&CachedPack>) -> usize {
+        let mut bytes = 0;
+        for (i, (_, m)) in self.prepared_mut(file).enumerate() {
+            let adopted = pack
+                .and_then(|p| p.entry(i))
+                .map(|b| backend.adopt_prepared(m, b))
+                .filter(|p| *p != Prepared::default());
+            let prepared = adopted.unwrap_or_else(|| backend.prepare(m));
             bytes += prepared.copy_bytes;
             if let Some((offset, len)) = prepared.unused_mapping {
                 file.release_range(offset, len);

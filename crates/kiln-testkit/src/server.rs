@@ -51,8 +51,9 @@ impl ServerProcess {
             )
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG")
-                    .unwrap_or_else(|_| "warn,kiln_server=info,kiln_vectors=info".into()),
+                std::env::var("RUST_LOG").unwrap_or_else(|_| {
+                    "warn,kiln_server=info,kiln_vectors=info,kiln_model=info".into()
+                }),
             )
             // Settings the caller's environment may carry must not leak into the test.
             .env_remove("KILN_LOG_FORMAT")

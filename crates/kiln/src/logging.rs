@@ -17,8 +17,9 @@ pub enum LogFormat {
 
 /// Installs the global subscriber; call once, early in `main`.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("warn,kiln_server=info,kiln_vectors=info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("warn,kiln_server=info,kiln_vectors=info,kiln_model=info")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

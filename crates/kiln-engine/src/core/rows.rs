@@ -1,7 +1,7 @@
 //! What a step does with each row of logits: score a prompt token, or sample the next
 //! token of a sequence. A row holding a NaN or an infinity (broken weights) ends its
 //! sequence with [`FinishReason::NonFinite`] instead: no token or logprob is made from
-//! it.
+//! it. The sampler's own pass over the row finds that (see `sample::scan`).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -26,10 +26,6 @@ pub(super) fn score_prompt_row(
     logits: &[f32],
 ) {
     let seq = &mut scheduler.running_mut()[i];
-    if !all_finite(logits) {
-        finished.push((seq.id, FinishReason::NonFinite));
-        return;
-    }
     let (Some(m), Some(&token), Some(top)) = (
         metas.get(&seq.id),
         seq.tokens.get(target),
@@ -37,7 +33,10 @@ pub(super) fn score_prompt_row(
     ) else {
         return;
     };
-    let logprobs = sampler.logprobs_of(logits, token, top);
+    let Ok(logprobs) = sampler.logprobs_of(logits, token, top) else {
+        finished.push((seq.id, FinishReason::NonFinite));
+        return;
+    };
     seq.prompt_logprob_next = target + 1;
     // A consumer that went away is noticed when the first token is sent.
     let _ = m.events.send(EngineEvent::PromptLogprob {
@@ -63,10 +62,6 @@ pub(super) fn sample_one(
 ) {
     let max_model_len = scheduler.config.max_model_len;
     let seq = &mut scheduler.running_mut()[i];
-    if !all_finite(logits) {
-        finished.push((seq.id, FinishReason::NonFinite));
-        return;
-    }
     let Some(m) = metas.get_mut(&seq.id) else {
         return;
     };
@@ -88,7 +83,11 @@ pub(super) fn sample_one(
         }
         banned.extend_from_slice(&m.stop.stop_token_ids);
     }
-    let s = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask);
+    let Ok(s) = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask)
+    else {
+        finished.push((seq.id, FinishReason::NonFinite));
+        return;
+    };
     let token = s.token;
     if mask.is_some_and(|mask| !mask_allows(mask, token)) {
         // The grammar allows nothing more (every token masked): the output is complete.
@@ -138,37 +137,5 @@ pub(super) fn sample_one(
     };
     if let Some(r) = reason {
         finished.push((seq.id, r));
-    }
-}
-
-/// Whether every logit is a finite number. A NaN or an infinity anywhere poisons the
-/// softmax, so the whole row is refused; the scan costs a fraction of the LM head that
-/// produced the row.
-fn all_finite(logits: &[f32]) -> bool {
-    // `x * 0` is 0 for a finite `x` and NaN otherwise; independent lanes vectorise.
-    let mut lanes = [0f32; 16];
-    let chunks = logits.chunks_exact(16);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l += x * 0.0;
-        }
-    }
-    lanes.iter().chain(tail).all(|v| v.is_finite())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::all_finite;
-
-    #[test]
-    fn one_bad_logit_makes_the_row_non_finite() {
-        let mut row = vec![1.5f32; 1000];
-        assert!(all_finite(&row));
-        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            row[617] = bad;
-            assert!(!all_finite(&row), "{bad}");
-        }
-        assert!(all_finite(&[f32::MAX, f32::MIN]));
     }
 }

@@ -2,8 +2,10 @@
 
 mod params;
 mod sampler;
+mod scan;
 mod state;
 
 pub use params::SamplingParams;
 pub use sampler::{argmax, Sampled, Sampler};
+pub use scan::NonFiniteRow;
 pub use state::SeqSamplingState;

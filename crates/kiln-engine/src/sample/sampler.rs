@@ -6,6 +6,7 @@
 
 use rand::Rng;
 
+use super::scan::{argmax_checked, max_checked, Allowed, NonFiniteRow};
 use super::{SamplingParams, SeqSamplingState};
 use crate::request::TokenLogprobs;
 
@@ -44,14 +45,15 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (modified in place). `banned` tokens (e.g. EOS
-    /// before `min_tokens`) can't be picked.
+    /// before `min_tokens`) can't be picked. A row holding a NaN or an infinity makes no
+    /// token: the pass that picks also checks (see [`scan`](super::scan)).
     pub fn sample(
         &mut self,
         logits: &mut [f32],
         params: &SamplingParams,
         state: &mut SeqSamplingState,
         banned: &[u32],
-    ) -> Sampled {
+    ) -> Result<Sampled, NonFiniteRow> {
         self.sample_masked(logits, params, state, banned, None)
     }
 
@@ -64,11 +66,13 @@ impl Sampler {
         state: &mut SeqSamplingState,
         banned: &[u32],
         mask: Option<&[u32]>,
-    ) -> Sampled {
+    ) -> Result<Sampled, NonFiniteRow> {
         let (lse, top_logprobs) = match params.logprobs {
-            Some(n) => self.raw_logprobs(logits, n),
+            Some(n) => self.raw_logprobs(logits, n)?,
             None => (f32::NAN, Vec::new()),
         };
+        // Bias and penalties keep a NaN or an infinity what it was, so the pick's pass
+        // still sees every raw non-finite value.
         for &(t, b) in &params.logit_bias {
             if let Some(l) = logits.get_mut(t as usize) {
                 *l += b;
@@ -77,48 +81,50 @@ impl Sampler {
         if params.has_penalties() {
             apply_penalties(logits, params, state);
         }
-        for &t in banned {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-        if let Some(mask) = mask {
-            apply_mask(logits, mask);
-        }
+        let allowed = Allowed { mask, banned };
         let token = if params.is_greedy() {
-            argmax(logits)
+            argmax_checked(logits, allowed)?
         } else {
-            self.draw(logits, params, state)
+            self.draw(logits, params, state, allowed)?
         };
-        Sampled {
+        Ok(Sampled {
             token,
             logprob: params
                 .logprobs
                 .map(|_| floored(self.raw[token as usize] - lse)),
             top_logprobs,
-        }
+        })
     }
 
     /// The log-probability of `token` under `logits` and the `n` most likely tokens (for
     /// prompt log-probabilities: nothing is sampled).
-    pub fn logprobs_of(&mut self, logits: &[f32], token: u32, n: usize) -> TokenLogprobs {
-        let (lse, top) = self.raw_logprobs(logits, n);
+    pub fn logprobs_of(
+        &mut self,
+        logits: &[f32],
+        token: u32,
+        n: usize,
+    ) -> Result<TokenLogprobs, NonFiniteRow> {
+        let (lse, top) = self.raw_logprobs(logits, n)?;
         let logit = logits
             .get(token as usize)
             .copied()
             .unwrap_or(f32::NEG_INFINITY);
-        TokenLogprobs {
+        Ok(TokenLogprobs {
             logprob: floored(logit - lse),
             top,
-        }
+        })
     }
 
     /// Saves the untouched logits and returns their log-sum-exp and the `n` most likely
-    /// tokens with their log-probabilities.
-    fn raw_logprobs(&mut self, logits: &[f32], n: usize) -> (f32, Vec<(u32, f32)>) {
+    /// tokens with their log-probabilities; the max's pass checks the row.
+    fn raw_logprobs(
+        &mut self,
+        logits: &[f32],
+        n: usize,
+    ) -> Result<(f32, Vec<(u32, f32)>), NonFiniteRow> {
+        let max = max_checked(logits)?;
         self.raw.clear();
         self.raw.extend_from_slice(logits);
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
         let mut top = Vec::with_capacity(n);
         if n > 0 {
@@ -127,7 +133,7 @@ impl Sampler {
             self.partial_sort_desc(k);
             top.extend(self.cand[..k].iter().map(|&(l, t)| (t, floored(l - lse))));
         }
-        (lse, top)
+        Ok((lse, top))
     }
 
     fn fill_candidates(&mut self, logits: &[f32]) {
@@ -148,18 +154,36 @@ impl Sampler {
         self.cand[..k].sort_unstable_by(cmp);
     }
 
-    fn draw(&mut self, logits: &[f32], p: &SamplingParams, state: &mut SeqSamplingState) -> u32 {
+    fn draw(
+        &mut self,
+        logits: &[f32],
+        p: &SamplingParams,
+        state: &mut SeqSamplingState,
+        allowed: Allowed<'_>,
+    ) -> Result<u32, NonFiniteRow> {
         let inv_t = 1.0 / p.temperature;
         self.cand.clear();
-        self.cand.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.is_finite())
-                .map(|(i, &l)| (l * inv_t, i as u32)),
-        );
+        let mut finite = true;
+        for (w, chunk) in logits.chunks(32).enumerate() {
+            let word = match allowed.mask {
+                None => u32::MAX,
+                Some(m) => m.get(w).copied().unwrap_or(0),
+            };
+            for (b, &l) in chunk.iter().enumerate() {
+                finite &= l.is_finite();
+                if word & (1 << b) != 0 {
+                    self.cand.push((l * inv_t, (w * 32 + b) as u32));
+                }
+            }
+        }
+        if !finite {
+            return Err(NonFiniteRow);
+        }
+        if !allowed.banned.is_empty() {
+            self.cand.retain(|c| !allowed.banned.contains(&c.1));
+        }
         if self.cand.is_empty() {
-            return argmax(logits);
+            return argmax_checked(logits, allowed);
         }
         // Sorting descending is needed for top-k/top-p and makes the draw independent of
         // the vocabulary's order; sort only as much as the filters need.
@@ -211,10 +235,10 @@ impl Sampler {
         for c in kept {
             u -= ((c.0 - max) as f64).exp();
             if u <= 0.0 {
-                return c.1;
+                return Ok(c.1);
             }
         }
-        kept[kept.len() - 1].1
+        Ok(kept[kept.len() - 1].1)
     }
 }
 
@@ -253,28 +277,8 @@ fn apply_penalties(logits: &mut [f32], p: &SamplingParams, s: &SeqSamplingState)
     }
 }
 
-/// Sets the logits of tokens `mask` forbids to −∞ (tokens past the mask are forbidden).
-fn apply_mask(logits: &mut [f32], mask: &[u32]) {
-    for (w, chunk) in logits.chunks_mut(32).enumerate() {
-        let word = mask.get(w).copied().unwrap_or(0);
-        if word == u32::MAX {
-            continue;
-        }
-        for (b, l) in chunk.iter_mut().enumerate() {
-            if word & (1 << b) == 0 {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-    }
-}
-
-/// Index of the largest logit (the first one on ties, as llama.cpp's greedy sampler).
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+/// Index of the largest logit (the first one on ties, as llama.cpp's greedy sampler),
+/// or [`NonFiniteRow`] if the row holds a NaN or an infinity.
+pub fn argmax(logits: &[f32]) -> Result<u32, NonFiniteRow> {
+    argmax_checked(logits, Allowed::ALL)
 }

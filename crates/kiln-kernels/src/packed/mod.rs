@@ -46,6 +46,10 @@ pub fn reference(ty: PackedType) -> PackedGemmFn {
     crate::dispatch::packed_reference(ty)
 }
 
+/// Version of the packed layout described above: bump it whenever [`pack`]'s output
+/// changes, so copies persisted by an older build are never read as this one's.
+pub const LAYOUT_VERSION: u32 = 1;
+
 /// Rows interleaved in one packed group (one 32-bit lane each of a 512-bit vector).
 pub const PACK_ROWS: usize = 16;
 

@@ -36,6 +36,7 @@ pub struct Args {
 pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
     let mut opts = ServingOptions::detect();
     opts.max_num_seqs = 1;
+    opts.load.pack_cache = global.pack_cache()?;
     let model = crate::load::text_model(global, &args.model, &opts)?;
     if model.chat_template.is_none() {
         model.shutdown();

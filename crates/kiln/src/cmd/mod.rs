@@ -85,9 +85,24 @@ pub struct GlobalArgs {
         default_value_t = crate::logging::LogFormat::Plain
     )]
     pub log_format: crate::logging::LogFormat,
+
+    /// Repack weights at every load instead of keeping the repacked copy under the
+    /// Kiln home (`packed/`) and mapping it on later loads
+    #[arg(long, global = true, env = "KILN_NO_PACK_CACHE")]
+    pub no_pack_cache: bool,
 }
 
 impl GlobalArgs {
+    /// Where repacked weights are kept between loads (`None` with `--no-pack-cache`).
+    pub fn pack_cache(&self) -> anyhow::Result<Option<kiln_model::PackCache>> {
+        if self.no_pack_cache {
+            return Ok(None);
+        }
+        let root =
+            Cache::default_root(self.kiln_home.clone()).context("cannot locate the model cache")?;
+        Ok(Some(kiln_model::PackCache::new(root.join("packed"))))
+    }
+
     /// The model cache these options select.
     pub fn cache(&self) -> anyhow::Result<Cache> {
         let root =

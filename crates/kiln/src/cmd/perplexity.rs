@@ -53,6 +53,7 @@ pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
     let text = read_text(&args.file)?;
     let path = crate::load::gguf_path(global, &args.model)?;
     let mut load = LoadOptions::detect();
+    load.pack_cache = global.pack_cache()?;
     if let Some(t) = args.threads {
         anyhow::ensure!(t > 0, "--threads must be at least 1");
         load.threads = t;

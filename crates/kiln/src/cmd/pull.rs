@@ -1,11 +1,13 @@
-//! `kiln pull`: fetch catalogue entries into the cache, and convert those that are
-//! converted on first load (NanoGuard) at once, so the cache can be read-only after.
+//! `kiln pull`: fetch catalogue entries into the cache, convert those that are
+//! converted on first load (NanoGuard) and repack text models into the pack cache at
+//! once, so the cache can be read-only after and the first start repacks nothing.
 
 use std::path::Path;
 
 use anyhow::Context;
-use kiln_catalog::{catalog, ModelSpec, ModelStatus};
+use kiln_catalog::{catalog, ModelSpec, ModelStatus, Task};
 use kiln_encoder::nanoguard;
+use kiln_model::{LoadOptions, Model};
 
 use super::GlobalArgs;
 use crate::progress::BarProgress;
@@ -49,6 +51,33 @@ pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
             println!("{}: ready at {}", spec.name, path.display());
         }
         convert_if_needed(spec, &cache.model_dir(spec))?;
+        prepack_if_needed(global, spec, &path)?;
+    }
+    Ok(())
+}
+
+/// Repacks a text model's weights into the pack cache now, so the first `kiln serve`
+/// after the pull (an init container's, say) maps them instead of repacking.
+fn prepack_if_needed(global: &GlobalArgs, spec: &ModelSpec, path: &Path) -> anyhow::Result<()> {
+    let Some(pack_cache) = global.pack_cache()? else {
+        return Ok(());
+    };
+    if spec.task != Task::TextGeneration {
+        return Ok(());
+    }
+    let opts = LoadOptions {
+        pack_cache: Some(pack_cache),
+        ..LoadOptions::detect()
+    };
+    let model = Model::load(path, &opts).with_context(|| format!("cannot load {}", spec.name))?;
+    if model.prepared_from_cache() {
+        println!("{}: already packed for this CPU", spec.name);
+        return Ok(());
+    }
+    match model.finish_pack_cache() {
+        Some(Ok(())) => println!("{}: packed for this CPU", spec.name),
+        Some(Err(e)) => println!("{}: could not keep its packed weights: {e}", spec.name),
+        None => {}
     }
     Ok(())
 }

@@ -357,6 +357,7 @@ fn settings(
     );
 
     let mut engine = ServingOptions::detect();
+    engine.load.pack_cache = global.pack_cache()?;
     if let Some(kv) = args.kv_cache_memory.or(file.kv_cache_memory) {
         engine.kv_cache_bytes =
             Some(usize::try_from(kv.0).context("--kv-cache-memory is too large")?);
