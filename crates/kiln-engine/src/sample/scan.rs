@@ -60,20 +60,7 @@ fn argmax_all(logits: &[f32]) -> (usize, bool) {
     let mut best = (0usize, f32::NEG_INFINITY);
     let mut poison = [0f32; LANES];
     for (c, chunk) in logits.chunks(CHUNK).enumerate() {
-        let mut hi = [f32::NEG_INFINITY; LANES];
-        let lanes = chunk.chunks_exact(LANES);
-        let tail = lanes.remainder();
-        for v in lanes {
-            for l in 0..LANES {
-                hi[l] = if v[l] > hi[l] { v[l] } else { hi[l] };
-                poison[l] += v[l] * 0.0;
-            }
-        }
-        let mut top = hi.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for &x in tail {
-            top = if x > top { x } else { top };
-            poison[0] += x * 0.0;
-        }
+        let top = max_and_poison(chunk, &mut poison);
         if top > best.1 {
             // The chunk's first occurrence of its maximum.
             if let Some(i) = chunk.iter().position(|&x| x == top) {
@@ -107,11 +94,11 @@ fn argmax_some(logits: &[f32], allowed: Allowed<'_>) -> (usize, bool) {
     (best.0, finite)
 }
 
-/// The row's maximum, or [`NonFiniteRow`] if any logit is not finite.
-pub(crate) fn max_checked(logits: &[f32]) -> Result<f32, NonFiniteRow> {
+/// The largest of `xs` (NaNs ignored), adding each `x·0` into `poison` (0 for a
+/// finite `x`, NaN otherwise) in independent lanes, which vectorise.
+fn max_and_poison(xs: &[f32], poison: &mut [f32; LANES]) -> f32 {
     let mut hi = [f32::NEG_INFINITY; LANES];
-    let mut poison = [0f32; LANES];
-    let lanes = logits.chunks_exact(LANES);
+    let lanes = xs.chunks_exact(LANES);
     let tail = lanes.remainder();
     for v in lanes {
         for l in 0..LANES {
@@ -121,9 +108,16 @@ pub(crate) fn max_checked(logits: &[f32]) -> Result<f32, NonFiniteRow> {
     }
     let mut top = hi.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for &x in tail {
-        top = top.max(x);
+        top = if x > top { x } else { top };
         poison[0] += x * 0.0;
     }
+    top
+}
+
+/// The row's maximum, or [`NonFiniteRow`] if any logit is not finite.
+pub(crate) fn max_checked(logits: &[f32]) -> Result<f32, NonFiniteRow> {
+    let mut poison = [0f32; LANES];
+    let top = max_and_poison(logits, &mut poison);
     if poison.iter().all(|p| p.is_finite()) {
         Ok(top)
     } else {
