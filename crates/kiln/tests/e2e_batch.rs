@@ -167,8 +167,9 @@ fn a_batch_cut_by_a_crash_resumes_with_every_line_exactly_once() {
     );
     block_on(async {
         let base = server.base_url();
+        // Past `finalizing` too: the output file is written between it and `completed`.
         let b = wait_for(&base, &id, Duration::from_secs(600), |b| {
-            b["status"] != "in_progress"
+            b["status"] != "in_progress" && b["status"] != "finalizing"
         })
         .await;
         assert_eq!(b["status"], "completed", "{b}");
