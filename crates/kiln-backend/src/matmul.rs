@@ -129,18 +129,12 @@ impl QMatrix {
     /// the weights, built once at load, its groups packed over `pool`); returns whether
     /// it did.
     pub fn pack(&mut self, kt: &KernelTable, pool: &ThreadPool) -> bool {
-        let Some(ty) = PackedType::for_weight(self.ty) else {
-            return false;
-        };
-        let Some(gemm) = kt.packed_gemm(ty) else {
+        let Some((ty, gemm, len)) = self.packed_kernel(kt) else {
             return false;
         };
         let (rows, cols, src) = (self.rows, self.cols, self.data.bytes());
         let group_bytes = ty.group_bytes(cols);
-        if group_bytes == 0 {
-            return false;
-        }
-        let mut bytes = vec![0u8; rows.div_ceil(PACK_ROWS) * group_bytes];
+        let mut bytes = vec![0u8; len];
         let failed = AtomicBool::new(false);
         pool.for_each_chunk_mut(&mut bytes, group_bytes, PACK_GROUPS_PER_TASK, |g, dst| {
             if packed::pack_group(ty, rows, cols, src, g, dst).is_none() {
@@ -164,6 +158,15 @@ impl QMatrix {
         true
     }
 
+    /// `kt`'s packed type and kernel for this matrix and the packed copy's length, if it
+    /// has a kernel for the type and the rows are whole blocks.
+    fn packed_kernel(&self, kt: &KernelTable) -> Option<(PackedType, PackedGemmFn, usize)> {
+        let ty = PackedType::for_weight(self.ty)?;
+        let gemm = kt.packed_gemm(ty)?;
+        let len = self.rows.div_ceil(PACK_ROWS) * ty.group_bytes(self.cols);
+        (len > 0).then_some((ty, gemm, len))
+    }
+
     /// A handle on the packed copy, to persist: what [`adopt_packed`](Self::adopt_packed)
     /// takes back on a later load.
     pub fn packed_copy(&self) -> Option<WeightBytes> {
@@ -175,14 +178,10 @@ impl QMatrix {
     /// packing again. `false` (nothing changed) if `kt` has no packed kernel for the type
     /// or the length is not the packed size.
     pub fn adopt_packed(&mut self, kt: &KernelTable, bytes: WeightBytes) -> bool {
-        let Some(ty) = PackedType::for_weight(self.ty) else {
+        let Some((ty, gemm, len)) = self.packed_kernel(kt) else {
             return false;
         };
-        let Some(gemm) = kt.packed_gemm(ty) else {
-            return false;
-        };
-        let want = self.rows.div_ceil(PACK_ROWS) * ty.group_bytes(self.cols);
-        if want == 0 || bytes.bytes().len() != want {
+        if bytes.bytes().len() != len {
             return false;
         }
         self.packed = Some(Packed { ty, bytes, gemm });
