@@ -91,6 +91,10 @@ pub struct ChatCompletionRequest {
     /// Kiln's extension: answer 429 at once instead of queueing when the model is busy.
     #[serde(default)]
     pub reject_if_busy: Option<bool>,
+    /// Kiln's extension: `false` opts out of speculative decoding (the output is the
+    /// same either way; only its speed differs).
+    #[serde(default)]
+    pub speculative: Option<bool>,
 }
 
 /// Who wrote a message.

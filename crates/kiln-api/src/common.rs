@@ -3,7 +3,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Token counts of one request, summed over its choices.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -11,6 +11,29 @@ pub struct Usage {
     /// OpenAI always sends this object; older servers omit it.
     #[serde(default)]
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Kiln's extension: what speculative decoding did for this request, when it
+    /// verified any draft.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeUsage>,
+}
+
+/// Draft tokens verified and accepted for a request (the acceptance rate is their ratio).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeculativeUsage {
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    pub acceptance_rate: f64,
+}
+
+impl SpeculativeUsage {
+    /// None when nothing was drafted.
+    pub fn new(draft_tokens: u64, accepted_tokens: u64) -> Option<Self> {
+        (draft_tokens > 0).then(|| Self {
+            draft_tokens,
+            accepted_tokens,
+            acceptance_rate: accepted_tokens as f64 / draft_tokens as f64,
+        })
+    }
 }
 
 impl Usage {
@@ -21,6 +44,7 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens },
+            speculative: None,
         }
     }
 }

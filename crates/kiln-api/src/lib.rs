@@ -29,5 +29,5 @@ pub mod vectorize;
 pub mod workers_ai;
 
 pub use caller::{key_id, Caller, ANONYMOUS};
-pub use common::{PromptTokensDetails, StopSequences, StreamOptions, Usage};
+pub use common::{PromptTokensDetails, SpeculativeUsage, StopSequences, StreamOptions, Usage};
 pub use error::{without_paths, ClassifiedError, ErrorBody, ErrorKind, ErrorResponse};

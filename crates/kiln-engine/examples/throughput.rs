@@ -44,6 +44,7 @@ fn main() {
             background_step_tokens: 16,
             max_model_len: PROMPT + NEW_TOKENS,
             enable_prefix_caching: false,
+            speculative: kiln_engine::SpecMode::Off,
         };
         let mut core = EngineCore::new(model, config, vec![2]).expect("engine");
         let mut rxs = Vec::new();

@@ -2,6 +2,8 @@
 
 use kiln_backend::KvDtype;
 
+use crate::spec::SpecMode;
+
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Tokens per KV block.
@@ -20,6 +22,8 @@ pub struct EngineConfig {
     /// Longest sequence (prompt plus output).
     pub max_model_len: usize,
     pub enable_prefix_caching: bool,
+    /// Speculative decoding from the sequences' own tokens (see [`crate::spec`]).
+    pub speculative: SpecMode,
 }
 
 impl EngineConfig {

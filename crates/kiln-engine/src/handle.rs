@@ -16,6 +16,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use crate::core::{EngineCore, RequestId};
 use crate::request::{EngineEvent, GenerateRequest};
 use crate::stats::EngineStats;
+use crate::stats_log::StatsLog;
 use crate::{Error, Result};
 
 enum Command {
@@ -198,6 +199,7 @@ impl EngineHandle {
 
 fn run_loop<B: Backend>(mut core: EngineCore<B>, rx: Receiver<Command>) {
     let mut draining = false;
+    let mut log = StatsLog::new(&core.stats);
     loop {
         if !core.has_work() {
             if draining {
@@ -222,6 +224,7 @@ fn run_loop<B: Backend>(mut core: EngineCore<B>, rx: Receiver<Command>) {
             // Commands alone (aborts of waiting requests) change the gauges too.
             core.publish_gauges();
         }
+        log.tick(&core.stats);
     }
 }
 

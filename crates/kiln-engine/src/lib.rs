@@ -21,7 +21,9 @@ pub mod sample;
 pub mod scheduler;
 pub mod sequence;
 pub mod serving;
+pub mod spec;
 pub mod stats;
+mod stats_log;
 pub mod stop;
 
 pub use config::EngineConfig;
@@ -32,4 +34,5 @@ pub use request::{
     EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions, TokenLogprobs,
 };
 pub use serving::{ServingModel, ServingOptions};
-pub use stats::{EngineStats, ProfileEntry, StatsSnapshot};
+pub use spec::{DraftCounts, SpecMode};
+pub use stats::{EngineStats, ProfileEntry, SpecDecodeStats, StatsSnapshot};

@@ -10,6 +10,7 @@ use kiln_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::handle::RequestEvents;
 use crate::request::{EngineEvent, FinishReason, SeqTimings, TokenLogprobs};
+use crate::spec::DraftCounts;
 use crate::stop::StopMatcher;
 
 /// Why a completion stopped, in more detail than [`FinishReason`].
@@ -53,6 +54,8 @@ pub enum TextEvent {
         /// Tokens generated for this completion (including ones cut by a stop string).
         completion_tokens: usize,
         timings: SeqTimings,
+        /// Draft tokens verified for it and accepted (speculative decoding).
+        drafts: DraftCounts,
     },
 }
 
@@ -186,6 +189,7 @@ impl TextStream {
                 index,
                 reason,
                 timings,
+                drafts,
             } => {
                 let c = self.choices.get_mut(index)?;
                 c.done = true;
@@ -214,6 +218,7 @@ impl TextStream {
                     cause,
                     completion_tokens: c.n_tokens,
                     timings,
+                    drafts,
                 };
                 if tail.is_empty() {
                     Some(finished)

@@ -83,8 +83,14 @@ impl<B: Backend> StepPlan<B> {
             let start_row = self.token_ids.len();
             let first = seq.num_computed_tokens;
             let scores_prompt = seq.wants_prompt_logprobs();
+            // Rows past the sequence's tokens are its draft's (see `crate::spec`).
+            let real = seq.tokens.len();
             for pos in first..first + sc.num_new_tokens {
-                self.token_ids.push(seq.tokens[pos]);
+                let token = match seq.tokens.get(pos) {
+                    Some(&t) => t,
+                    None => seq.draft[pos - real],
+                };
+                self.token_ids.push(token);
                 self.positions.push(pos as u32);
                 let slot = table[pos / block_size] as usize * block_size + pos % block_size;
                 self.slot_mapping.push(slot as u32);
@@ -111,11 +117,15 @@ impl<B: Backend> StepPlan<B> {
                 self.lora_rows
                     .extend(std::iter::repeat_n(index, sc.num_new_tokens));
             }
-            // Only a sequence that catches up with its tokens samples this step.
-            if first + sc.num_new_tokens == seq.tokens.len() {
-                self.logits_rows.push((self.token_ids.len() - 1) as u32);
-                self.logits_owner.push(k);
-                self.logits_target.push(SAMPLE_ROW);
+            // Only a sequence that catches up with its tokens samples this step: from its
+            // last token's row, and from each draft row after it.
+            let end = first + sc.num_new_tokens;
+            if end >= real {
+                for pos in real - 1..end {
+                    self.logits_rows.push((start_row + pos - first) as u32);
+                    self.logits_owner.push(k);
+                    self.logits_target.push(SAMPLE_ROW);
+                }
             }
         }
     }

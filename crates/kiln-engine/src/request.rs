@@ -7,6 +7,7 @@ use kiln_model::LoraAdapter;
 
 use crate::constraint::ConstraintFactory;
 use crate::sample::SamplingParams;
+use crate::spec::DraftCounts;
 
 /// When a sequence stops, besides `max_tokens`.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -41,6 +42,9 @@ pub struct GenerateRequest {
     pub adapter: Option<Arc<LoraAdapter>>,
     /// Restricts which tokens each sequence may produce (a grammar), if set.
     pub constraint: Option<Arc<dyn ConstraintFactory>>,
+    /// Whether the engine may verify drafts for this request (`"speculative": false`
+    /// opts out; the output is the same either way, see [`crate::spec`]).
+    pub speculative: bool,
 }
 
 impl GenerateRequest {
@@ -58,6 +62,7 @@ impl GenerateRequest {
             cache_key: Vec::new(),
             adapter: None,
             constraint: None,
+            speculative: true,
         }
     }
 }
@@ -129,5 +134,7 @@ pub enum EngineEvent {
         index: usize,
         reason: FinishReason,
         timings: SeqTimings,
+        /// Draft tokens this completion verified, and how many were accepted.
+        drafts: DraftCounts,
     },
 }

@@ -36,6 +36,9 @@ pub struct Sequence {
     /// Next prompt position whose log-probability is still to be reported (from 1: the
     /// first token has no context). Survives preemption so nothing is reported twice.
     pub prompt_logprob_next: usize,
+    /// Tokens proposed to follow `tokens` this step, verified by the step (see
+    /// [`crate::spec`]); empty between steps. Sized once for the longest draft.
+    pub draft: Vec<u32>,
 }
 
 impl Sequence {

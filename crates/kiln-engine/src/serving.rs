@@ -13,6 +13,7 @@ use crate::core::EngineCore;
 use crate::handle::{EngineHandle, EngineThread};
 use crate::output::TextStream;
 use crate::request::GenerateRequest;
+use crate::spec::SpecMode;
 use crate::{EngineConfig, Error, Result};
 
 /// Serving limits; `None` fields get defaults from the model and the machine.
@@ -30,6 +31,7 @@ pub struct ServingOptions {
     /// Default: the model's context length, capped to what the KV cache can hold.
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
+    pub speculative: SpecMode,
     pub load: LoadOptions,
 }
 
@@ -44,6 +46,7 @@ impl ServingOptions {
             background_step_tokens: 8,
             max_model_len: None,
             enable_prefix_caching: true,
+            speculative: SpecMode::Auto,
             load: LoadOptions::detect(),
         }
     }
@@ -132,6 +135,7 @@ impl ServingModel {
             background_step_tokens: opts.background_step_tokens,
             max_model_len,
             enable_prefix_caching: opts.enable_prefix_caching,
+            speculative: opts.speculative,
         };
         let (cfg, eos) = (engine_config.clone(), tokenizer.eos_ids().to_vec());
         let (handle, thread) = crate::handle::spawn(move || EngineCore::new(model, cfg, eos))?;

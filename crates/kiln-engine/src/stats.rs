@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::kv::PrefixCacheStats;
 use crate::request::FinishReason;
+use crate::spec::MAX_DRAFT;
 
 #[derive(Default)]
 struct Inner {
@@ -35,6 +36,10 @@ struct Inner {
     constrained_seqs: AtomicU64,
     mask_ns: AtomicU64,
     mask_wait_ns: AtomicU64,
+    spec_drafts: AtomicU64,
+    spec_draft_tokens: AtomicU64,
+    spec_accepted_tokens: AtomicU64,
+    spec_accepted_per_pos: [AtomicU64; MAX_DRAFT],
 }
 
 /// A cheap, cloneable view of the engine's counters.
@@ -83,6 +88,18 @@ pub struct StatsSnapshot {
     /// Part of `model_time`: the step waiting for masks after its forward pass ended
     /// (what masks cost the step's critical path).
     pub mask_wait_time: Duration,
+    pub spec_decode: SpecDecodeStats,
+}
+
+/// Speculative decoding counters, with vLLM's meanings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecDecodeStats {
+    /// Drafts verified (one per drafting sequence per step).
+    pub drafts: u64,
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    /// Drafts whose token at each position was accepted.
+    pub accepted_per_pos: [u64; MAX_DRAFT],
 }
 
 /// One phase's share of the time accounted for, for the per-step profile.
@@ -192,6 +209,17 @@ impl EngineStats {
         i.mask_wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
     }
 
+    /// Counts a verified draft of `drafted` tokens whose first `accepted` were accepted.
+    pub(crate) fn drafted(&self, drafted: usize, accepted: usize) {
+        let i = &self.0;
+        i.spec_drafts.fetch_add(1, Relaxed);
+        i.spec_draft_tokens.fetch_add(drafted as u64, Relaxed);
+        i.spec_accepted_tokens.fetch_add(accepted as u64, Relaxed);
+        for pos in &i.spec_accepted_per_pos[..accepted.min(MAX_DRAFT)] {
+            pos.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Adds time a consumer spent turning tokens into text.
     pub(crate) fn detokenized(&self, time: Duration) {
         self.0
@@ -245,6 +273,12 @@ impl EngineStats {
             constrained_seqs: l(&i.constrained_seqs),
             mask_time: Duration::from_nanos(l(&i.mask_ns)),
             mask_wait_time: Duration::from_nanos(l(&i.mask_wait_ns)),
+            spec_decode: SpecDecodeStats {
+                drafts: l(&i.spec_drafts),
+                draft_tokens: l(&i.spec_draft_tokens),
+                accepted_tokens: l(&i.spec_accepted_tokens),
+                accepted_per_pos: std::array::from_fn(|p| l(&i.spec_accepted_per_pos[p])),
+            },
         }
     }
 }

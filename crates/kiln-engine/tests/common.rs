@@ -28,6 +28,7 @@ pub fn config_with(num_kv_blocks: usize, max_model_len: usize) -> EngineConfig {
         background_step_tokens: 16,
         max_model_len,
         enable_prefix_caching: true,
+        speculative: kiln_engine::SpecMode::Auto,
     }
 }
 

@@ -50,6 +50,7 @@ macro_rules! openai_sampling {
             stop_token_ids: $req.stop_token_ids.clone(),
             logprobs: $logprobs,
             logprobs_param: $logprobs_param,
+            speculative: $req.speculative,
         }
     };
 }

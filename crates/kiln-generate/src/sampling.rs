@@ -45,6 +45,8 @@ pub struct SamplingFields {
     pub logprobs: Option<u32>,
     /// The field `logprobs` came from, for its error.
     pub logprobs_param: &'static str,
+    /// `false` opts out of speculative decoding.
+    pub speculative: Option<bool>,
 }
 
 /// Checked sampling settings, ready to be combined with a prompt.
@@ -55,6 +57,7 @@ pub struct Sampling {
     max_tokens: Option<usize>,
     max_tokens_param: &'static str,
     stop: StopConditions,
+    speculative: bool,
 }
 
 impl Sampling {
@@ -162,6 +165,7 @@ impl Sampling {
                 stop_token_ids,
                 stop_strings,
             },
+            speculative: f.speculative.unwrap_or(true),
         })
     }
 
@@ -221,6 +225,7 @@ impl Sampling {
             cache_key: Vec::new(),
             adapter: None,
             constraint: None,
+            speculative: self.speculative,
         })
     }
 }

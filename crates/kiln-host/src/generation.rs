@@ -33,6 +33,7 @@ struct ChoiceState {
     /// Tokens seen so far; the count for a choice that never finished.
     produced: usize,
     last_token_at: Option<Instant>,
+    drafts: kiln_engine::DraftCounts,
 }
 
 pub struct Generation {
@@ -132,9 +133,11 @@ impl Generation {
                 reason,
                 completion_tokens,
                 timings,
+                drafts,
                 ..
             } => {
                 state.finished = Some(*reason);
+                state.drafts = *drafts;
                 state.completion_tokens = *completion_tokens;
                 m.finished(*reason);
                 observe_timings(&self.hosted, timings);
@@ -158,6 +161,8 @@ impl Generation {
             prompt: prompt as u64,
             completion: completion as u64,
             cached: cached as u64,
+            draft: self.choices.iter().map(|c| c.drafts.drafted).sum(),
+            accepted: self.choices.iter().map(|c| c.drafts.accepted).sum(),
         }
     }
 

@@ -20,6 +20,9 @@ pub struct TokenUsage {
     pub completion: u64,
     /// Prompt tokens served from the prefix cache (counted in `prompt` too).
     pub cached: u64,
+    /// Draft tokens speculative decoding verified, and how many it accepted.
+    pub draft: u64,
+    pub accepted: u64,
 }
 
 /// Where a lease reports its request's [`TokenUsage`], once, when the work is done.

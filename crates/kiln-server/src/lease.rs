@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 pub use kiln_api::Caller;
-use kiln_api::Usage;
+use kiln_api::{SpeculativeUsage, Usage};
 use kiln_generate::{Call, RequestClass, TokenUsage, Warmth};
 
 /// The header saying whether the model was loaded when the request arrived.
@@ -57,5 +57,8 @@ impl<S: Send + Sync> FromRequestParts<S> for CallContext {
 
 /// OpenAI's usage object for `usage`.
 pub fn api_usage(usage: TokenUsage) -> Usage {
-    Usage::new(usage.prompt, usage.completion, usage.cached)
+    Usage {
+        speculative: SpeculativeUsage::new(usage.draft, usage.accepted),
+        ..Usage::new(usage.prompt, usage.completion, usage.cached)
+    }
 }

@@ -41,6 +41,49 @@ pub struct LoraSample {
     pub at: f64,
 }
 
+/// Speculative decoding's counters, with vLLM's names and meanings.
+fn spec_decode(out: &mut String, models: &[ModelSample<'_>]) {
+    type Pick = fn(&StatsSnapshot) -> u64;
+    let families: [(&str, &str, Pick); 3] = [
+        (
+            "kiln:spec_decode_num_drafts_total",
+            "Drafts verified (one per drafting sequence per step).",
+            |s| s.spec_decode.drafts,
+        ),
+        (
+            "kiln:spec_decode_num_draft_tokens_total",
+            "Draft tokens verified.",
+            |s| s.spec_decode.draft_tokens,
+        ),
+        (
+            "kiln:spec_decode_num_accepted_tokens_total",
+            "Draft tokens accepted.",
+            |s| s.spec_decode.accepted_tokens,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let values: Vec<_> = models
+            .iter()
+            .map(|m| (m, m.engine.as_ref().map_or(0.0, |s| pick(s) as f64)))
+            .collect();
+        counter(out, name, help, &values);
+    }
+    let name = "kiln:spec_decode_num_accepted_tokens_per_pos_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Drafts whose token at each position (from 0) was accepted.",
+    );
+    for m in models {
+        let Some(s) = &m.engine else { continue };
+        for (pos, &n) in s.spec_decode.accepted_per_pos.iter().enumerate() {
+            let pos = pos.to_string();
+            sample(out, name, m.name, &[("position", pos.as_str())], n as f64);
+        }
+    }
+}
+
 /// Renders every family, one sample per model, in the text format (version 0.0.4).
 pub fn render(models: &[ModelSample<'_>]) -> String {
     let mut out = String::with_capacity(16 * 1024);
@@ -188,6 +231,7 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         "Sequences preempted for lack of KV blocks.",
         &engine(|s| s.preemptions as f64),
     );
+    spec_decode(&mut out, models);
 
     header(
         &mut out,

@@ -18,10 +18,13 @@ use crate::request::{EngineEvent, FinishReason, GenerateRequest, SeqTimings, Sto
 use crate::sample::{Sampler, SamplingParams, SeqSamplingState};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 use crate::sequence::{SeqId, Sequence};
+use crate::spec::{DraftCounts, SeqSpec, MAX_DRAFT};
 use crate::stats::EngineStats;
 use crate::{Error, Result};
 
+mod draft;
 mod rows;
+use draft::Speculator;
 use rows::{sample_one, score_prompt_row};
 
 /// Prompt rows per step that may be scored for prompt log-probabilities. Their logits
@@ -45,6 +48,8 @@ struct SeqMeta {
     first_token: Option<Instant>,
     /// The sequence's grammar, if its request has one.
     constraint: Option<SeqConstraint>,
+    /// Its speculation state, unless its request opted out.
+    spec: Option<SeqSpec>,
 }
 
 pub struct EngineCore<B: Backend = CpuBackend> {
@@ -54,6 +59,7 @@ pub struct EngineCore<B: Backend = CpuBackend> {
     plan: StepPlan<B>,
     sched_out: SchedulerOutput,
     sampler: Sampler,
+    spec: Speculator,
     meta: HashMap<SeqId, SeqMeta>,
     seqs_of: HashMap<RequestId, Vec<SeqId>>,
     next_seq_id: SeqId,
@@ -102,7 +108,8 @@ impl<B: Backend> EngineCore<B> {
             },
             kv,
         );
-        let max_logits = config.max_num_seqs + PROMPT_LOGPROB_ROWS;
+        let max_logits =
+            config.max_num_seqs + PROMPT_LOGPROB_ROWS + crate::spec::policy::MAX_STEP_DRAFT;
         let ws = model.new_workspace(
             config.max_num_batched_tokens,
             max_logits,
@@ -124,6 +131,7 @@ impl<B: Backend> EngineCore<B> {
             plan,
             sched_out: SchedulerOutput::default(),
             sampler: Sampler::new(),
+            spec: Speculator::new(config.speculative, config.max_num_seqs),
             meta: HashMap::new(),
             seqs_of: HashMap::new(),
             next_seq_id: 0,
@@ -209,6 +217,7 @@ impl<B: Backend> EngineCore<B> {
                     scheduled: None,
                     first_token: None,
                     constraint: constraints.next(),
+                    spec: req.speculative.then(|| SeqSpec::new(self.spec.prior())),
                 },
             );
             self.scheduler.add(Sequence {
@@ -234,6 +243,7 @@ impl<B: Backend> EngineCore<B> {
                 // Completions share the prompt: the first one reports its logprobs.
                 prompt_logprobs: req.sampling.prompt_logprobs.filter(|_| index == 0),
                 prompt_logprob_next: 1,
+                draft: Vec::with_capacity(MAX_DRAFT),
             });
             ids.push(id);
         }
@@ -267,6 +277,7 @@ impl<B: Backend> EngineCore<B> {
     /// Runs one step; returns false if there was nothing to do.
     pub fn step(&mut self) -> bool {
         let t0 = Instant::now();
+        self.spec.propose(&mut self.scheduler, &mut self.meta);
         self.scheduler.schedule(&mut self.sched_out);
         if self.sched_out.scheduled.is_empty() {
             return false;
@@ -294,6 +305,10 @@ impl<B: Backend> EngineCore<B> {
             &self.sched_out,
             self.scheduler.running(),
         );
+        // Every row sampled: a decode-only step, whose time prices draft rows.
+        let decode_only = self.plan.logits_rows.len() == self.plan.token_ids.len()
+            && self.plan.logits_target.iter().all(|&t| t == SAMPLE_ROW);
+        self.spec.start_verify(self.sched_out.scheduled.len());
         let t_sched = Instant::now();
         let (batch, ws, logits_owner, logits_target) = self.plan.input();
         let (model, kv_cache, meta) = (&self.model, &mut self.kv_cache, &mut self.meta);
@@ -314,6 +329,11 @@ impl<B: Backend> EngineCore<B> {
             model.forward(&batch, kv_cache, ws)
         };
         let t_model = Instant::now();
+        if decode_only && result.is_ok() {
+            let rows = self.sched_out.num_batched_tokens;
+            self.spec
+                .observe_step(rows, (t_model - t_sched).as_nanos() as f64);
+        }
         let vocab = self.model.config().vocab_size;
         let mut n_sampled = 0;
         match result {
@@ -334,8 +354,12 @@ impl<B: Backend> EngineCore<B> {
                         );
                         continue;
                     }
+                    // Past a rejected draft token, a sequence's rows are stale.
+                    let Some(j) = self.spec.next_row(k) else {
+                        continue;
+                    };
                     n_sampled += 1;
-                    sample_one(
+                    let sampled = sample_one(
                         &mut self.scheduler,
                         &mut self.meta,
                         &mut self.sampler,
@@ -345,6 +369,8 @@ impl<B: Backend> EngineCore<B> {
                         sc.running_index,
                         logits_row,
                     );
+                    let draft = &self.scheduler.running()[sc.running_index].draft;
+                    self.spec.verified(k, j, sampled, draft);
                 }
             }
             Err(e) => {
@@ -358,11 +384,14 @@ impl<B: Backend> EngineCore<B> {
         }
         let t_sampled = Instant::now();
         let forward_profile = self.plan.workspace.profile();
-        // Advance computed tokens and publish full blocks to the prefix cache.
-        for sc in &self.sched_out.scheduled {
-            let seq = &mut self.scheduler.running_mut()[sc.running_index];
-            seq.num_computed_tokens += sc.num_new_tokens;
-        }
+        // Advance computed tokens past the accepted rows, and publish full blocks to the
+        // prefix cache.
+        self.spec.settle(
+            &self.sched_out,
+            &mut self.scheduler,
+            &mut self.meta,
+            &self.stats,
+        );
         let (kv, running) = self.scheduler.kv_and_running();
         for sc in &self.sched_out.scheduled {
             let seq = &mut running[sc.running_index];
@@ -435,6 +464,10 @@ impl<B: Backend> EngineCore<B> {
                 first_token: m.first_token,
                 finished: Instant::now(),
             },
+            drafts: m.spec.map_or_else(DraftCounts::default, |s| DraftCounts {
+                drafted: s.acceptance.drafted,
+                accepted: s.acceptance.accepted,
+            }),
         });
         // `seq` drops here, returning its blocks to the pool.
     }

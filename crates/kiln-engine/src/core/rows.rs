@@ -48,7 +48,7 @@ pub(super) fn score_prompt_row(
 }
 
 /// Samples the next token of running sequence `i`, appends it, emits it, and records
-/// whether the sequence is done.
+/// whether the sequence is done. Returns the token if the sequence goes on.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn sample_one(
     scheduler: &mut Scheduler,
@@ -59,12 +59,10 @@ pub(super) fn sample_one(
     eos_ids: &[u32],
     i: usize,
     logits: &mut [f32],
-) {
+) -> Option<u32> {
     let max_model_len = scheduler.config.max_model_len;
     let seq = &mut scheduler.running_mut()[i];
-    let Some(m) = metas.get_mut(&seq.id) else {
-        return;
-    };
+    let m = metas.get_mut(&seq.id)?;
     let n_out = seq.num_output_tokens();
     banned.clear();
     let mask = match m.constraint.as_mut().map(SeqConstraint::mask) {
@@ -73,7 +71,7 @@ pub(super) fn sample_one(
         Some(Err(e)) => {
             tracing::warn!(error = %e, "constraint failed; ending the sequence");
             finished.push((seq.id, FinishReason::Abort));
-            return;
+            return None;
         }
     };
     // A grammar decides when the output may end: `min_tokens` doesn't apply.
@@ -86,13 +84,13 @@ pub(super) fn sample_one(
     let Ok(s) = sampler.sample_masked(logits, &m.sampling, &mut m.sampler_state, banned, mask)
     else {
         finished.push((seq.id, FinishReason::NonFinite));
-        return;
+        return None;
     };
     let token = s.token;
     if mask.is_some_and(|mask| !mask_allows(mask, token)) {
         // The grammar allows nothing more (every token masked): the output is complete.
         finished.push((seq.id, FinishReason::Stop));
-        return;
+        return None;
     }
     let grammar_done = match m
         .constraint
@@ -104,7 +102,7 @@ pub(super) fn sample_one(
         Some(Err(e)) => {
             tracing::warn!(error = %e, "constraint rejected a sampled token; ending the sequence");
             finished.push((seq.id, FinishReason::Abort));
-            return;
+            return None;
         }
     };
     m.sampler_state.record(token);
@@ -135,7 +133,11 @@ pub(super) fn sample_one(
     } else {
         None
     };
-    if let Some(r) = reason {
-        finished.push((seq.id, r));
+    match reason {
+        Some(r) => {
+            finished.push((seq.id, r));
+            None
+        }
+        None => Some(token),
     }
 }

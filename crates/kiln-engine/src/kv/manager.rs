@@ -145,6 +145,16 @@ impl KvManager {
         need == 0 || self.pool.borrow_mut().allocate(need, &mut seq.ids)
     }
 
+    /// Frees the blocks `seq` holds past the first `total_tokens` tokens (the rejected
+    /// rows of a draft). They were never hashed: only computed blocks are.
+    pub fn truncate(&mut self, seq: &mut SeqBlocks, total_tokens: usize) {
+        let keep = total_tokens.div_ceil(self.block_size).max(seq.num_cached);
+        if keep < seq.ids.len() {
+            self.pool.borrow_mut().release(&seq.ids[keep..]);
+            seq.ids.truncate(keep);
+        }
+    }
+
     /// Registers the full blocks among the first `num_computed` of `tokens` in the prefix
     /// cache, so later sequences can reuse them.
     pub fn commit(

@@ -163,7 +163,7 @@ impl Scheduler {
                     continue;
                 }
                 let (wants_logits, bg) = (s.wants_prompt_logprobs(), s.priority > 0);
-                let mut n = s.num_pending().min(budget);
+                let mut n = (s.num_pending() + s.draft.len()).min(budget);
                 if wants_logits {
                     n = n.min(logit_rows);
                 }
@@ -174,6 +174,7 @@ impl Scheduler {
                     i += 1;
                     continue;
                 }
+                n = self.fit_draft(i, n);
                 // If `i` itself was preempted, the next sequence has moved into slot `i`.
                 if self.reserve(i, n, &mut budget, out) {
                     if wants_logits {
@@ -373,9 +374,24 @@ impl Scheduler {
         }
     }
 
+    /// Cuts running sequence `i`'s draft to the `n` rows it got (a draft is what follows
+    /// its pending tokens), or drops it if its blocks can't be had without preempting
+    /// someone: a guess never displaces real work. Returns the rows to schedule.
+    fn fit_draft(&mut self, i: usize, n: usize) -> usize {
+        let (kv, seq) = (&mut self.kv, &mut self.running[i]);
+        let pending = seq.num_pending();
+        if n <= pending || !kv.allocate(&mut seq.blocks, seq.num_computed_tokens + n) {
+            seq.draft.clear();
+            return n.min(pending);
+        }
+        seq.draft.truncate(n - pending);
+        n
+    }
+
     fn preempt(&mut self, i: usize, out: &mut SchedulerOutput) {
         let mut seq = self.running.remove(i);
         self.step_tokens.remove(i);
+        seq.draft.clear();
         seq.blocks.clear();
         seq.num_computed_tokens = 0;
         seq.num_preemptions += 1;

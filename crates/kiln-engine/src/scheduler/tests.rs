@@ -35,6 +35,7 @@ fn add(s: &mut Scheduler, id: SeqId, prompt_len: usize, priority: i32) {
         prompt_leader: None,
         prompt_logprobs: None,
         prompt_logprob_next: 1,
+        draft: Vec::new(),
     };
     s.add(seq);
 }
@@ -181,6 +182,7 @@ fn prefix_hit_skips_cached_blocks() {
         prompt_leader: None,
         prompt_logprobs: None,
         prompt_logprob_next: 1,
+        draft: Vec::new(),
     };
     s.add(seq);
     let got = step(&mut s);
@@ -207,6 +209,7 @@ fn siblings_wait_for_the_leaders_prompt_and_reuse_it() {
             prompt_leader: leader,
             prompt_logprobs: None,
             prompt_logprob_next: 1,
+            draft: Vec::new(),
         };
         s.add(seq);
     }
@@ -248,6 +251,7 @@ fn prompt_logprob_sequences_skip_the_cache_and_fit_the_logits_rows() {
             prompt_leader: None,
             prompt_logprobs: Some(2),
             prompt_logprob_next: 1,
+            draft: Vec::new(),
         };
         s.add(seq);
     }

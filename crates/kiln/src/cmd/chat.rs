@@ -106,6 +106,7 @@ fn chat_loop(model: &kiln_engine::ServingModel, args: &Args) -> anyhow::Result<(
             cache_key: Vec::new(),
             adapter: None,
             constraint: None,
+            speculative: true,
         };
         let mut stream = model.generate(req, true)?;
         let mut answer = String::new();

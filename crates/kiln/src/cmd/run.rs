@@ -90,6 +90,7 @@ fn generate(model: &ServingModel, prompt: &str, args: &Args) -> anyhow::Result<(
         cache_key: Vec::new(),
         adapter: None,
         constraint: None,
+        speculative: true,
     };
     let start = Instant::now();
     let mut stream = model.generate(req, true)?;

@@ -186,6 +186,12 @@ pub struct Args {
     #[arg(long)]
     max_num_batched_tokens: Option<usize>,
 
+    /// Speculative decoding from each sequence's own prompt and output: `auto` drafts
+    /// while the measured step times say it pays (batch 1 to a few sequences), `off`
+    /// never; the output is the same either way [default: auto]
+    #[arg(long, value_name = "MODE")]
+    speculative: Option<config::Speculative>,
+
     /// Longest prompt plus completion [default: the model's context, capped by the KV cache]
     #[arg(long)]
     max_model_len: Option<usize>,
@@ -377,6 +383,9 @@ fn settings(
     if let Some(n) = args.max_num_batched_tokens.or(file.max_num_batched_tokens) {
         anyhow::ensure!(n >= 1, "--max-num-batched-tokens must be at least 1");
         engine.max_num_batched_tokens = n;
+    }
+    if let Some(mode) = args.speculative.or(file.speculative) {
+        engine.speculative = mode.into();
     }
     if let Some(n) = args.max_model_len.or(file.max_model_len) {
         anyhow::ensure!(n >= 2, "--max-model-len must be at least 2");

@@ -18,6 +18,7 @@
 //! max_num_seqs = 64
 //! max_num_batched_tokens = 512
 //! max_model_len = 4096
+//! speculative = "auto"   # or "off"
 //! max_queued = 1024
 //! shutdown_timeout = 30
 //! max_body_size = "4MiB"
@@ -75,6 +76,7 @@ pub struct FileConfig {
     pub max_num_seqs: Option<usize>,
     pub max_num_batched_tokens: Option<usize>,
     pub max_model_len: Option<usize>,
+    pub speculative: Option<Speculative>,
     pub max_queued: Option<usize>,
     /// Seconds.
     pub shutdown_timeout: Option<f64>,
@@ -91,6 +93,23 @@ impl FileConfig {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+}
+
+/// `--speculative`: whether engines verify drafts from the sequences' own tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculative {
+    Auto,
+    Off,
+}
+
+impl From<Speculative> for kiln_engine::SpecMode {
+    fn from(s: Speculative) -> Self {
+        match s {
+            Speculative::Auto => kiln_engine::SpecMode::Auto,
+            Speculative::Off => kiln_engine::SpecMode::Off,
+        }
     }
 }
 
