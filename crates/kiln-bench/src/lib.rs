@@ -4,7 +4,9 @@
 //! 1. [`Workload`]: ShareGPT V3 ([`ShareGpt`], repaired from the truncated file the
 //!    catalogue ships) shuffled with a fixed seed, first turns as prompts, the replies'
 //!    token counts (with the model's own tokenizer, [`GgufTokenCounter`]) as targets,
-//!    length-filtered, saved as JSON so that two servers get byte-identical requests.
+//!    length-filtered, saved as JSON so that two servers get byte-identical requests;
+//!    or the code-edit workload ([`Workload::code_edit`]): Kiln's own source files to
+//!    return with one function renamed, the output a near-copy of the prompt.
 //! 2. [`run()`]: every request streamed (`max_tokens` = target, `temperature` 0,
 //!    `ignore_eos`, usage included), all released at once behind a concurrency cap or at
 //!    a Poisson rate; per request TTFT, inter-token latencies, end-to-end latency and
@@ -32,6 +34,7 @@
 //! ```
 
 mod client;
+mod code_edit;
 mod compare;
 mod dataset;
 mod error;
@@ -49,6 +52,7 @@ mod wire;
 mod workload;
 
 pub use client::{FailureKind, RequestRecord};
+pub use code_edit::{all_edits, CodeEdit, CODE_EDIT_DATASET};
 pub use compare::{
     markdown_row, markdown_runs, metrics, ratios, ComparedPair, Comparison, MetricRatio,
     COMPARE_FORMAT,

@@ -191,7 +191,7 @@ fn pair_counts(mode: SpecMode, seeds: std::ops::Range<u64>) -> (HashMap<(u32, u3
 fn sampling_with_speculation_keeps_the_models_distribution() {
     // Independent seeds on each side: a two-sample chi-square test of homogeneity over
     // the (first, second) token pairs, rare pairs pooled.
-    const N: u64 = 600;
+    const N: u64 = 400;
     let (off, _) = pair_counts(SpecMode::Off, 0..N);
     let (on, drafted) = pair_counts(SpecMode::Auto, N..2 * N);
     assert!(drafted > 0, "the second token must be drafted");

@@ -16,9 +16,9 @@
 //! add and nothing is drafted. That is the "never costs under load" rule, by arithmetic.
 
 /// Most draft tokens for one sequence in one step.
-pub const MAX_DRAFT: usize = 16;
+pub const MAX_DRAFT: usize = 32;
 /// Most draft tokens in one step (bounds the logits buffer).
-pub const MAX_STEP_DRAFT: usize = 32;
+pub const MAX_STEP_DRAFT: usize = 64;
 /// Row counts whose step time is tracked.
 const MAX_TRACKED_ROWS: usize = 128;
 /// Assumed cost of an extra row, as a share of the largest measured smaller step, until

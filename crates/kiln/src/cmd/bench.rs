@@ -64,6 +64,10 @@ struct KernelsArgs {
 /// Where the requests come from.
 #[derive(Debug, clap::Args)]
 struct WorkloadArgs {
+    /// The requests: `sharegpt` (chat prompts, ShareGPT V3) or `code-edit` (Kiln source
+    /// files of 60–200 lines to return with one function renamed)
+    #[arg(long, value_name = "NAME", default_value = "sharegpt")]
+    dataset: Dataset,
     /// Workload file: reused if it exists, else sampled and saved there
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
@@ -88,6 +92,12 @@ struct WorkloadArgs {
     /// Drop pairs whose prompt + output is longer than this
     #[arg(long, default_value_t = 2048, value_name = "TOKENS")]
     max_total_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Dataset {
+    Sharegpt,
+    CodeEdit,
 }
 
 /// How requests are sent.
@@ -382,6 +392,20 @@ fn workload(global: &GlobalArgs, args: &WorkloadArgs, model: &str) -> anyhow::Re
             GgufTokenCounter::open(&cache.primary_path(spec), Some(spec.name))?
         }
     };
+    if args.dataset == Dataset::CodeEdit {
+        let w = Workload::code_edit(
+            &counter,
+            args.num_prompts.unwrap_or(16),
+            args.seed.unwrap_or(0),
+        )?;
+        eprintln!(
+            "workload: {} code edits (seed {}, tokens by {})",
+            w.requests.len(),
+            w.seed,
+            w.tokenizer
+        );
+        return save_workload(w, args);
+    }
     let data_path = fetch_sharegpt(&cache, &BarProgress::new("sharegpt-v3"))?;
     let data = ShareGpt::load(&data_path)?;
     let filter = LengthFilter {
@@ -403,6 +427,11 @@ fn workload(global: &GlobalArgs, args: &WorkloadArgs, model: &str) -> anyhow::Re
         w.seed,
         w.tokenizer
     );
+    save_workload(w, args)
+}
+
+/// Saves a sampled workload where `--workload` says, if it does.
+fn save_workload(w: Workload, args: &WorkloadArgs) -> anyhow::Result<Workload> {
     if let Some(path) = &args.workload {
         w.save(path)?;
         eprintln!("workload saved to {}", path.display());
@@ -417,6 +446,15 @@ fn check_reused(path: &Path, w: &Workload, args: &WorkloadArgs) -> anyhow::Resul
             "{} holds {} requests, not the {n} asked for; remove it or drop --num-prompts",
             path.display(),
             w.requests.len()
+        );
+    }
+    let code_edit = w.dataset == kiln_bench::CODE_EDIT_DATASET;
+    if code_edit != (args.dataset == Dataset::CodeEdit) {
+        bail!(
+            "{} holds the {} workload, not the --dataset asked for; remove it or change \
+             --dataset",
+            path.display(),
+            w.dataset
         );
     }
     if let Some(s) = args.seed.filter(|&s| s != w.seed) {
