@@ -375,12 +375,16 @@ impl Scheduler {
     }
 
     /// Cuts running sequence `i`'s draft to the `n` rows it got (a draft is what follows
-    /// its pending tokens), or drops it if its blocks can't be had without preempting
-    /// someone: a guess never displaces real work. Returns the rows to schedule.
+    /// its pending tokens), or drops it if its blocks can't be had while leaving a block
+    /// for every running sequence's next token: a guess never displaces real work.
+    /// Returns the rows to schedule.
     fn fit_draft(&mut self, i: usize, n: usize) -> usize {
+        let reserve = self.running.len();
         let (kv, seq) = (&mut self.kv, &mut self.running[i]);
         let pending = seq.num_pending();
-        if n <= pending || !kv.allocate(&mut seq.blocks, seq.num_computed_tokens + n) {
+        let total = seq.num_computed_tokens + n;
+        let spare = kv.num_free_blocks() >= kv.blocks_needed(&seq.blocks, total) + reserve;
+        if n <= pending || !spare || !kv.allocate(&mut seq.blocks, total) {
             seq.draft.clear();
             return n.min(pending);
         }

@@ -371,3 +371,38 @@ fn background_steps_are_short_while_urgent_work_is_about() {
     add(&mut s, 5, 20, 10);
     assert_eq!(step(&mut s), vec![(1, 1), (2, 1), (3, 1), (5, 20)]);
 }
+
+#[test]
+fn a_draft_runs_as_extra_rows_when_blocks_and_budget_allow() {
+    let mut s = sched(16, 64, 4);
+    add(&mut s, 1, 4, 0);
+    step(&mut s);
+    s.running_mut()[0].draft.extend_from_slice(&[5, 6, 7]);
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    assert_eq!(out.scheduled[0].num_new_tokens, 4, "the token and 3 drafts");
+    // A budget of 2 rows cuts the draft to 1 token.
+    let mut s = sched(16, 2, 4);
+    add(&mut s, 1, 2, 0);
+    step(&mut s);
+    s.running_mut()[0].draft.extend_from_slice(&[5, 6, 7]);
+    s.schedule(&mut out);
+    assert_eq!(out.scheduled[0].num_new_tokens, 2);
+    assert_eq!(s.running()[0].draft, [5]);
+}
+
+#[test]
+fn a_draft_never_takes_the_blocks_another_sequence_needs() {
+    // 4 blocks of 4: two sequences of 4 prompt tokens take one block each and each needs
+    // one more for its next token; a draft of 5 would take both free blocks.
+    let mut s = sched(4, 64, 4);
+    add(&mut s, 1, 4, 0);
+    add(&mut s, 2, 4, 0);
+    step(&mut s);
+    s.running_mut()[0].draft.extend_from_slice(&[5, 6, 7, 8, 9]);
+    let mut out = SchedulerOutput::default();
+    s.schedule(&mut out);
+    assert!(out.preempted.is_empty(), "{:?}", out.preempted);
+    assert_eq!(out.scheduled[0].num_new_tokens, 1, "the draft was dropped");
+    assert!(s.running()[0].draft.is_empty());
+}
