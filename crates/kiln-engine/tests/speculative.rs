@@ -251,3 +251,58 @@ fn abort_mid_verify_frees_every_block() {
     assert_eq!(c.kv().num_free_blocks(), BLOCKS);
     assert!(!c.has_work());
 }
+
+/// Tokens and draft counts of one request run to completion on `c`.
+fn run_one(
+    c: &mut EngineCore,
+    id: u64,
+    req: GenerateRequest,
+) -> (Vec<u32>, kiln_engine::DraftCounts) {
+    let mut rx = add(c, id, req);
+    run_to_completion(c);
+    let (mut toks, mut drafts) = (vec![], None);
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            EngineEvent::Token { token, .. } => toks.push(token),
+            EngineEvent::Finished { drafts: d, .. } => drafts = Some(d),
+            _ => {}
+        }
+    }
+    (toks, drafts.expect("finished"))
+}
+
+#[test]
+fn a_repeated_request_drafts_from_earlier_outputs_of_its_own_cache_key_only() {
+    let m = model();
+    let tokenizer = kiln_tokenizer::Tokenizer::from_gguf(m.gguf()).expect("tokenizer");
+    let prompt = tokenizer
+        .encode(
+            "<|im_start|>user\nExplain in one paragraph why the sky is blue.<|im_end|>\n\
+             <|im_start|>assistant\n",
+            false,
+            true,
+        )
+        .expect("encodes");
+    let mut c = EngineCore::new(m, config(BLOCKS), vec![2]).expect("engine builds");
+    // Prose without repeats: its drafts can only come from the earlier output.
+    let req = GenerateRequest::greedy(prompt, 64);
+    let (first, _) = run_one(&mut c, 1, req.clone());
+    let (again, same_key) = run_one(&mut c, 2, req.clone());
+    let other = GenerateRequest {
+        cache_key: b"another tenant".to_vec(),
+        ..req
+    };
+    let (other_out, other_key) = run_one(&mut c, 3, other);
+    assert_eq!(again, first);
+    assert_eq!(other_out, first);
+    // How much is drafted depends on measured step times; what is drafted is exact.
+    assert!(
+        same_key.accepted >= 12,
+        "the repeat copies the first output: {same_key:?}"
+    );
+    assert!(
+        same_key.accepted >= 2 * other_key.accepted + 8,
+        "another key drafts only from its own tokens: {same_key:?} vs {other_key:?}"
+    );
+    assert_eq!(c.kv().num_free_blocks(), BLOCKS);
+}

@@ -11,8 +11,18 @@ use super::SeqMeta;
 use crate::scheduler::{Scheduler, SchedulerOutput};
 use crate::sequence::SeqId;
 use crate::spec::{
-    allot, bucket, Candidate, GlobalAcceptance, NgramIndex, SpecMode, StepCosts, BUCKETS, MAX_DRAFT,
+    allot, bucket, Candidate, GlobalAcceptance, NgramIndex, RecentOutputs, SpecMode, StepCosts,
+    BUCKETS, MAX_DRAFT,
 };
+
+/// Where a candidate's draft comes from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// Its own tokens, from this position.
+    Own(usize),
+    /// The recent outputs, from this absolute position.
+    Recent(u64),
+}
 use crate::stats::EngineStats;
 
 /// How far one scheduled sequence got through its rows this step.
@@ -30,9 +40,10 @@ pub(super) struct Speculator {
     mode: SpecMode,
     costs: StepCosts,
     global: GlobalAcceptance,
+    recent: RecentOutputs,
     candidates: Vec<Candidate>,
-    /// Per candidate: its running index and the position its draft starts at.
-    sources: Vec<(usize, usize)>,
+    /// Per candidate: its running index and where its draft comes from.
+    sources: Vec<(usize, Source)>,
     lens: Vec<usize>,
     /// Per scheduled sequence of the current step.
     verify: Vec<Verify>,
@@ -44,6 +55,7 @@ impl Speculator {
             mode,
             costs: StepCosts::default(),
             global: GlobalAcceptance::default(),
+            recent: RecentOutputs::default(),
             candidates: Vec::with_capacity(max_seqs),
             sources: Vec::with_capacity(max_seqs),
             lens: Vec::with_capacity(max_seqs),
@@ -58,6 +70,13 @@ impl Speculator {
     /// Acceptance a new sequence starts from.
     pub(super) fn prior(&self) -> [f32; BUCKETS] {
         self.global.get()
+    }
+
+    /// Keeps a finished sequence's output as a draft source for later ones.
+    pub(super) fn remember(&mut self, output: &[u32], tag: u64) {
+        if self.enabled() {
+            self.recent.record(output, tag);
+        }
     }
 
     /// Records a decode-only step's forward time (every row sampled).
@@ -101,15 +120,23 @@ impl Speculator {
                 .index
                 .get_or_insert_with(|| NgramIndex::new(seq.num_prompt_tokens + m.stop.max_tokens));
             index.extend(&seq.tokens);
-            let Some(found) = index.find(&seq.tokens) else {
-                continue;
+            // The longer match wins; how much of a recent output is left to copy is
+            // seen when copying.
+            let own = index.find(&seq.tokens);
+            let recent = self.recent.find(&seq.tokens, spec.tag);
+            let (len, max_len, source) = match (own, recent) {
+                (Some(o), r) if r.is_none_or(|r| r.len <= o.len) => {
+                    (o.len, seq.tokens.len() - o.next, Source::Own(o.next))
+                }
+                (_, Some(r)) => (r.len, room, Source::Recent(r.next)),
+                _ => continue,
             };
-            spec.bucket = bucket(found.len);
+            spec.bucket = bucket(len);
             self.candidates.push(Candidate {
                 rate: spec.acceptance.rate(spec.bucket),
-                max_len: room.min(seq.tokens.len() - found.next),
+                max_len: room.min(max_len),
             });
-            self.sources.push((i, found.next));
+            self.sources.push((i, source));
         }
         if self.candidates.is_empty() {
             return;
@@ -117,9 +144,12 @@ impl Speculator {
         self.lens.clear();
         self.lens.resize(self.candidates.len(), 0);
         allot(&self.costs, running.len(), &self.candidates, &mut self.lens);
-        for (&(i, next), &len) in self.sources.iter().zip(&self.lens) {
+        for (&(i, source), &len) in self.sources.iter().zip(&self.lens) {
             let seq = &mut running[i];
-            seq.draft.extend_from_slice(&seq.tokens[next..next + len]);
+            match source {
+                Source::Own(next) => seq.draft.extend_from_slice(&seq.tokens[next..next + len]),
+                Source::Recent(next) => self.recent.draft(next, len, &mut seq.draft),
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use crate::request::{EngineEvent, FinishReason, GenerateRequest, SeqTimings, Sto
 use crate::sample::{Sampler, SamplingParams, SeqSamplingState};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 use crate::sequence::{SeqId, Sequence};
-use crate::spec::{DraftCounts, SeqSpec, MAX_DRAFT};
+use crate::spec::{key_tag, DraftCounts, SeqSpec, MAX_DRAFT};
 use crate::stats::EngineStats;
 use crate::{Error, Result};
 
@@ -217,7 +217,9 @@ impl<B: Backend> EngineCore<B> {
                     scheduled: None,
                     first_token: None,
                     constraint: constraints.next(),
-                    spec: req.speculative.then(|| SeqSpec::new(self.spec.prior())),
+                    spec: req
+                        .speculative
+                        .then(|| SeqSpec::new(self.spec.prior(), key_tag(&cache_key))),
                 },
             );
             self.scheduler.add(Sequence {
@@ -455,6 +457,12 @@ impl<B: Backend> EngineCore<B> {
         }
         let n_out = seq.as_ref().map_or(0, |s| s.num_output_tokens());
         self.stats.seq_finished(reason, n_out);
+        if let (Some(s), Some(spec), FinishReason::Stop | FinishReason::Length) =
+            (&seq, &m.spec, reason)
+        {
+            self.spec
+                .remember(&s.tokens[s.num_prompt_tokens..], spec.tag);
+        }
         let _ = m.events.send(EngineEvent::Finished {
             index: m.index,
             reason,

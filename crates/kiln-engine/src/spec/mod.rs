@@ -19,15 +19,19 @@
 //! emits `x` from `p` with `d` removed and renormalised: the standard speculative
 //! sampling rule, with the draw shared with the non-speculative path.
 //!
+//! Drafts come from the sequence's own tokens first, else from the recent outputs of
+//! other requests with the same prefix-cache key ([`recent`]).
 //! [`policy`] decides how long each draft is, from measured step times and acceptance.
 
 pub mod index;
 pub mod policy;
+pub mod recent;
 
 pub use index::{Match, NgramIndex};
 pub use policy::{
     allot, bucket, Candidate, GlobalAcceptance, SeqAcceptance, StepCosts, BUCKETS, MAX_DRAFT,
 };
+pub use recent::{key_tag, RecentOutputs};
 
 /// Whether the engine speculates (`kiln serve --speculative`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,14 +49,17 @@ pub struct SeqSpec {
     pub acceptance: SeqAcceptance,
     /// The acceptance group of this step's draft.
     pub bucket: usize,
+    /// Its prefix-cache key's tag: it drafts only from recent outputs with the same.
+    pub tag: u64,
 }
 
 impl SeqSpec {
-    pub fn new(prior: [f32; BUCKETS]) -> Self {
+    pub fn new(prior: [f32; BUCKETS], tag: u64) -> Self {
         Self {
             index: None,
             acceptance: SeqAcceptance::new(prior),
             bucket: 0,
+            tag,
         }
     }
 }
