@@ -115,7 +115,7 @@ fn functions(source: &str) -> Vec<String> {
                 .collect();
             // `fn` inside a word (`const_fn `) or a comment isn't a definition.
             let before = &l[..l.find("fn ")?];
-            let definition = before.trim().split_whitespace().all(|w| {
+            let definition = before.split_whitespace().all(|w| {
                 matches!(
                     w,
                     "pub" | "pub(crate)" | "pub(super)" | "async" | "const" | "unsafe"
@@ -171,16 +171,7 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Words;
-    impl TokenCounter for Words {
-        fn count(&self, text: &str) -> Result<usize> {
-            Ok(text.split_whitespace().count())
-        }
-        fn name(&self) -> String {
-            "words".into()
-        }
-    }
+    use crate::workload::tests::Words;
 
     #[test]
     fn every_source_is_60_to_200_lines_and_offers_edits() {

@@ -196,10 +196,11 @@ pub(crate) fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    struct Words;
+    /// Counts whitespace-separated words: a tokenizer for tests.
+    pub(crate) struct Words;
     impl TokenCounter for Words {
         fn count(&self, text: &str) -> Result<usize> {
             Ok(text.split_whitespace().count())
