@@ -129,20 +129,30 @@ fn functions(source: &str) -> Vec<String> {
 }
 
 impl Workload {
-    /// `num_prompts` code edits, drawn with `seed` from [`all_edits`] (cycling through
-    /// them if more are asked for than there are); each asks for the file's tokens plus
-    /// a small margin.
+    /// `num_prompts` code edits drawn with `seed`: every file once (in a shuffled order,
+    /// each with one of its functions) before any file twice, so a short workload never
+    /// edits one file twice; each asks for the file's tokens plus a small margin.
     pub fn code_edit(counter: &dyn TokenCounter, num_prompts: usize, seed: u64) -> Result<Self> {
-        let mut edits = all_edits();
-        if edits.is_empty() || num_prompts == 0 {
+        let mut by_file: Vec<Vec<CodeEdit>> = SOURCES
+            .iter()
+            .map(|&(path, _)| all_edits().into_iter().filter(|e| e.path == path).collect())
+            .collect();
+        for (i, edits) in by_file.iter_mut().enumerate() {
+            shuffle(edits, seed.wrapping_add(i as u64 + 1));
+        }
+        shuffle(&mut by_file, seed);
+        let most = by_file.iter().map(Vec::len).max().unwrap_or(0);
+        let order: Vec<&CodeEdit> = (0..most)
+            .flat_map(|round| by_file.iter().filter_map(move |edits| edits.get(round)))
+            .collect();
+        if order.is_empty() || num_prompts == 0 {
             return Err(Error::NotEnoughPrompts {
                 wanted: num_prompts,
                 found: 0,
             });
         }
-        shuffle(&mut edits, seed);
         let mut requests = Vec::with_capacity(num_prompts);
-        for edit in edits.iter().cycle().take(num_prompts) {
+        for edit in order.iter().cycle().take(num_prompts) {
             let prompt = edit.prompt();
             requests.push(WorkloadRequest {
                 prompt_tokens: counter.count(&prompt)?,
@@ -200,5 +210,11 @@ mod tests {
         assert!(r.output_tokens > OUTPUT_MARGIN);
         assert!(r.prompt_tokens > r.output_tokens - OUTPUT_MARGIN);
         assert_ne!(a, Workload::code_edit(&Words, 30, 8).expect("workload"));
+        // The first edits are of different files.
+        let files: std::collections::HashSet<_> = a.requests[..SOURCES.len()]
+            .iter()
+            .map(|r| r.prompt.lines().next())
+            .collect();
+        assert_eq!(files.len(), SOURCES.len());
     }
 }
