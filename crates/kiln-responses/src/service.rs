@@ -2,6 +2,7 @@
 //! delete, list input items, cancel, and resuming background runs after a restart.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use kiln_api::Caller;
 use kiln_db::unix_now;
 use kiln_mcp::McpSettings;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::cancel::Cancel;
 use crate::chat::ChatRunner;
@@ -93,6 +94,19 @@ pub struct Responses {
     limits: Limits,
     /// Background responses running now, by id.
     running: Mutex<HashMap<String, Cancel>>,
+    /// Background tasks not yet ended (a deleted response's task outlives its entry in
+    /// `running`), and a wake-up for [`Responses::background_idle`].
+    tasks: (AtomicUsize, Notify),
+}
+
+/// Counts a background task out of [`Responses::background_idle`] when dropped.
+struct TaskEnd(Arc<Responses>);
+
+impl Drop for TaskEnd {
+    fn drop(&mut self) {
+        self.0.tasks.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.tasks.1.notify_waiters();
+    }
 }
 
 /// `input_items` paging: `limit` (1-100), `order` (`asc` or `desc`), `after`, `before`.
@@ -111,7 +125,20 @@ impl Responses {
             chat,
             limits,
             running: Mutex::new(HashMap::new()),
+            tasks: (AtomicUsize::new(0), Notify::new()),
         })
+    }
+
+    /// Resolves once no background task runs: every background response has ended and
+    /// stored (or, deleted, not stored) its result.
+    pub async fn background_idle(&self) {
+        loop {
+            let notified = self.tasks.1.notified();
+            if self.tasks.0.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 
     pub fn store(&self) -> &Arc<ResponseStore> {
@@ -199,7 +226,10 @@ impl Responses {
         self.lock_running()
             .insert(turn.response.id.clone(), cancel.clone());
         let this = Arc::clone(self);
+        self.tasks.0.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
+            // Counted out however the task ends.
+            let _ended = TaskEnd(Arc::clone(&this));
             let mut em = Emitter::new(None);
             let r = match turn::run(&turn, &this.context(&turn), &mut em, &cancel).await {
                 Ok(r) => r,

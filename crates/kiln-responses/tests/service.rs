@@ -52,7 +52,10 @@ impl ChatRunner for Scripted {
 }
 
 /// Answers "hel" and then nothing, until the turn is dropped.
-struct Stalls;
+/// Adds a permit to `started` once its turn has sent its first text.
+struct Stalls {
+    started: Arc<tokio::sync::Semaphore>,
+}
 
 impl ChatRunner for Stalls {
     fn start(
@@ -60,9 +63,11 @@ impl ChatRunner for Stalls {
         _: &Caller,
         _: ChatCompletionRequest,
     ) -> BoxFuture<'static, Result<ChatTurn, GenError>> {
+        let started = self.started.clone();
         Box::pin(async move {
             let (tx, events) = tokio::sync::mpsc::channel(8);
             let _ = tx.send(TurnEvent::Text("hel".into())).await;
+            started.add_permits(1);
             // Meters what it produced once the turn is dropped, as the server does.
             let (metered, usage) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
@@ -271,14 +276,19 @@ async fn input_items_page_and_only_background_runs_cancel() {
 /// mid-answer: the service, its store and the queued response.
 async fn stalled_background() -> (Arc<Responses>, Arc<ResponseStore>, Response) {
     let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
-    let r = Responses::new(store.clone(), Arc::new(Stalls), Limits::default());
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let stalls = Stalls {
+        started: started.clone(),
+    };
+    let r = Responses::new(store.clone(), Arc::new(stalls), Limits::default());
     let mut background = req(json!("go"), None);
     background.background = Some(true);
     let queued = match r.create(caller("k"), background).await {
         Ok(Created::Background(x)) => x,
         _ => panic!("background"),
     };
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Mid-answer: the turn has produced its first text and waits for more.
+    let _ = started.acquire().await.expect("the turn starts");
     (r, store, queued)
 }
 
@@ -287,7 +297,9 @@ async fn a_background_run_deleted_while_running_stays_deleted() {
     let (r, store, queued) = stalled_background().await;
     r.delete(&caller("k"), &queued.id).expect("delete");
     // The cancelled run ends; it must not write the response back.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), r.background_idle())
+        .await
+        .expect("the deleted run ends");
     assert!(matches!(
         r.get(&caller("k"), &queued.id),
         Err(ResponsesError::NotFound { .. })
