@@ -34,12 +34,19 @@ pub(crate) async fn worker(shared: Weak<Shared>) {
     loop {
         let next = {
             let Some(s) = shared.upgrade() else { return };
+            let seen = s.idle.generation();
             match s.db.next_pending(after) {
                 Ok(Some(row)) => {
                     after = row.seq;
+                    s.idle.busy();
                     Some((s, row))
                 }
-                Ok(None) => None,
+                Ok(None) => {
+                    // Older rows still pending are only those whose end failed to be
+                    // recorded; they are retried after the wait, not waited for.
+                    s.idle.caught_up(seen);
+                    None
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "vector stores: cannot read the ingest queue");
                     None

@@ -20,6 +20,7 @@ mod embedder;
 mod error;
 mod extract;
 mod file_batches;
+mod idle;
 mod ingest;
 mod page;
 mod removal;

@@ -26,6 +26,7 @@ use crate::attributes;
 use crate::db::{FileRow, RagDb, StoreRow};
 use crate::embedder::Embedder;
 use crate::error::{RagError, Result};
+use crate::idle::IngestIdle;
 use crate::page::ListQuery;
 use crate::schema::{index_name, index_owner, new_id};
 use crate::views;
@@ -66,6 +67,7 @@ pub(crate) struct Shared {
     pub limits: Limits,
     /// Wakes the ingest worker when a file is attached.
     pub wake: Arc<Notify>,
+    pub idle: IngestIdle,
     writes: Mutex<()>,
 }
 
@@ -87,6 +89,7 @@ impl VectorStores {
             embedder,
             limits,
             wake: Arc::new(Notify::new()),
+            idle: IngestIdle::default(),
             writes: Mutex::new(()),
         };
         // What is left stays queued, and is tried again at the next open.
@@ -96,6 +99,12 @@ impl VectorStores {
         Ok(Self {
             inner: Arc::new(shared),
         })
+    }
+
+    /// Resolves once the ingest worker has ingested, failed or stopped every file
+    /// attached before the call.
+    pub async fn ingest_idle(&self) {
+        self.inner.idle.wait().await;
     }
 
     /// Starts the ingest worker, which first resumes files a restart cut short.
@@ -310,6 +319,7 @@ impl VectorStores {
         };
         let shared = self.inner.clone();
         let row = blocking(move || shared.insert_file(row)).await?;
+        self.inner.idle.attached();
         self.inner.wake.notify_one();
         Ok(row)
     }

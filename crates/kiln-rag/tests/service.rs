@@ -222,6 +222,13 @@ async fn files_are_chunked_embedded_and_found() {
     assert_eq!(vector_count(&node, &store), 1);
 }
 
+/// Waits until the ingest worker has stopped or finished every attached file.
+async fn idle(node: &Node) {
+    tokio::time::timeout(Duration::from_secs(60), node.stores.ingest_idle())
+        .await
+        .expect("the ingest worker catches up");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_file_while_it_is_ingested_leaves_no_vectors() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -235,7 +242,7 @@ async fn removing_a_file_while_it_is_ingested_leaves_no_vectors() {
         .detach("key_a", &store, &file)
         .await
         .expect("detach");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    idle(&node).await;
     assert_eq!(vector_count(&node, &store), 0);
     // Cancelled mid-batch: the file being ingested and those waiting.
     let files: Vec<String> = (0..3)
@@ -262,7 +269,7 @@ async fn removing_a_file_while_it_is_ingested_leaves_no_vectors() {
         .expect("cancel");
     assert_eq!(cancelled.status, "cancelled");
     assert_eq!(cancelled.file_counts.cancelled, 3, "{cancelled:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    idle(&node).await;
     assert_eq!(vector_count(&node, &store), 0);
     // A store deleted mid-file: its index is gone, and a new store starts empty.
     let file = upload(&node.files, "c.txt", &long_text(20_000));
