@@ -24,6 +24,7 @@ use crate::affinity::session_key;
 use crate::error::ApiError;
 use crate::metrics::NodeGauges;
 use crate::nodes::Health;
+use crate::observe;
 use crate::pinned;
 use crate::placement::Resolved;
 use crate::proxy::{self, Inbound};
@@ -66,11 +67,16 @@ fn api_routes() -> Router<RouterState> {
         if e.pin == Pin::NodeOnly {
             continue;
         }
+        if e.pin == Pin::RouterOnly {
+            let on = paths.remove(e.path).unwrap_or_default();
+            paths.insert(e.path, on.on(filter, observability_route(e.path)));
+            continue;
+        }
         // A `{*model}` path names the model in the path rather than the body.
         let in_path = e.path.ends_with("{*model}");
         let on = paths.remove(e.path).unwrap_or_default();
         let on = match e.pin {
-            Pin::NodeOnly => on,
+            Pin::NodeOnly | Pin::RouterOnly => on,
             Pin::Model if in_path => on.on(filter, forward_ai_run),
             Pin::Model => on.on(filter, forward),
             Pin::Caller => on.on(filter, forward_callers),
@@ -85,6 +91,16 @@ fn api_routes() -> Router<RouterState> {
         .fold(Router::new(), |r, (path, on)| r.route(path, on))
 }
 
+/// The handler of one of the router's own observability routes.
+fn observability_route(path: &str) -> MethodRouter<RouterState> {
+    use crate::observe_routes as o;
+    match path {
+        "/v1/observability/events" => get(o::events),
+        "/v1/observability/rollups" => get(o::rollups),
+        _ => get(o::alerts),
+    }
+}
+
 /// The fields routing needs; anything else (and any type) is the node's business.
 #[derive(Deserialize)]
 struct Peek {
@@ -96,8 +112,16 @@ struct Peek {
 
 async fn forward(State(state): State<RouterState>, req: Request) -> Response {
     match inbound(&state, req, None).await {
-        Ok(inbound) => proxy::route(&state, inbound).await,
+        Ok(inbound) => route_observed(&state, inbound).await,
         Err(e) => e.into_response(),
+    }
+}
+
+/// Routes by model, recording an inference event for what runs a model.
+async fn route_observed(state: &RouterState, inbound: Inbound) -> Response {
+    match observe::Meta::of(state, &inbound) {
+        Some(meta) => observe::track(state, meta, proxy::route(state, inbound).await).await,
+        None => proxy::route(state, inbound).await,
     }
 }
 
@@ -114,7 +138,7 @@ async fn forward_ai_run(
         .is_some_and(|q| q.split('&').any(|p| p == "queueRequest=true"));
     match inbound(&state, req, Some(model)).await {
         Ok(inbound) if queued => to_caller_node(&state, inbound, "queued requests").await,
-        Ok(inbound) => proxy::route(&state, inbound).await,
+        Ok(inbound) => route_observed(&state, inbound).await,
         Err(e) => e.into_response(),
     }
 }
@@ -326,9 +350,10 @@ async fn metrics(State(state): State<RouterState>) -> Response {
             placements: placement.placements_of(i),
         })
         .collect();
-    let text = state
+    let mut text = state
         .metrics()
         .render(&gauges, state.config().upstream.is_some());
+    state.observer().render_prometheus(&mut text);
     (
         [(
             header::CONTENT_TYPE,

@@ -27,6 +27,8 @@ pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod nodes;
+pub mod observe;
+pub mod observe_routes;
 pub mod pinned;
 pub mod placement;
 pub mod prom;

@@ -10,7 +10,9 @@
 //!   hold through the router;
 //! - placement keeps models warm (>= 99% in steady state) where random routing over
 //!   the same nodes does not;
-//! - the router holds each key's rate limit for every node.
+//! - the router holds each key's rate limit for every node;
+//! - nodes name their colo, and the router keeps inference events, rollups and alerts
+//!   per colo across a restart.
 
 #[path = "e2e_router/deploy.rs"]
 mod deploy;
@@ -22,6 +24,8 @@ mod fallback;
 mod harness;
 #[path = "e2e_router/limits.rs"]
 mod limits;
+#[path = "e2e_router/observe.rs"]
+mod observe;
 #[path = "e2e_router/placement.rs"]
 mod placement;
 #[path = "e2e_router/stateful.rs"]

@@ -15,6 +15,7 @@
 //! load_factor = 1.25
 //! health_interval = 2
 //! discovery_interval = 10
+//! data_dir = "/var/lib/kiln-router"
 //! [upstream]
 //! url = "https://central.example.com/v1"
 //! api_key = "sk-..."
@@ -154,6 +155,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     shutdown_timeout: Option<f64>,
 
+    /// Directory for the inference events and per-minute rollups (observe.sqlite3,
+    /// the last day); without one they are kept in memory only
+    #[arg(long, value_name = "DIR", env = "KILN_ROUTER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
     #[command(flatten)]
     http: super::HttpArgs,
 }
@@ -237,6 +243,7 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
         None => None,
     };
     let config = RouterConfig {
+        data_dir: args.data_dir.or(file.data_dir.clone()),
         addr,
         nodes,
         dns,
