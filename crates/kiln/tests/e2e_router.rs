@@ -12,8 +12,11 @@
 //!   the same nodes does not;
 //! - the router holds each key's rate limit for every node;
 //! - nodes name their colo, and the router keeps inference events, rollups and alerts
-//!   per colo across a restart.
+//!   per colo across a restart; the shipped Grafana dashboard and alert rules query
+//!   only exported metrics.
 
+#[path = "e2e_router/dashboards.rs"]
+mod dashboards;
 #[path = "e2e_router/deploy.rs"]
 mod deploy;
 #[path = "e2e_router/failover.rs"]
