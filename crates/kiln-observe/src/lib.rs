@@ -23,6 +23,7 @@ pub mod prom;
 pub mod ring;
 pub mod rollup;
 pub mod store;
+pub mod summary;
 
 pub use alerts::{Alert, AlertRules};
 pub use error::ObserveError;

@@ -2,7 +2,8 @@
 //! a node), plus `GET /nodes`.
 //!
 //! API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`, `/nodes`) need an API
-//! key when the router has keys; `/health`, `/ready` and `/metrics` are always open.
+//! key when the router has keys; `/health`, `/ready`, `/metrics` and the `/dashboard`
+//! page are always open (its data stream takes the key as `?key=`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -39,7 +40,11 @@ pub fn app(state: RouterState) -> Router {
     let ops = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route("/dashboard", get(crate::dashboard::page))
+        .route("/dashboard/app.js", get(crate::dashboard::script))
+        .route("/dashboard/style.css", get(crate::dashboard::style))
+        .route("/dashboard/events", get(crate::dashboard::events));
     let (timeout, cors) = (
         state.config().limits.body_timeout,
         state.config().cors.clone(),

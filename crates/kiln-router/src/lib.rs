@@ -20,6 +20,7 @@
 pub mod affinity;
 pub mod app;
 pub mod config;
+pub mod dashboard;
 pub mod discovery;
 pub mod error;
 pub mod hash;

@@ -25,6 +25,7 @@ struct Inner {
     metrics: Metrics,
     /// Inference events, rollups and alerts.
     observer: Arc<kiln_observe::Observer>,
+    dashboard: crate::dashboard::Cache,
     /// Per-client-key buckets, for every node.
     limiter: kiln_guard::Limiter,
     shutting_down: AtomicBool,
@@ -52,6 +53,7 @@ impl RouterState {
         };
         Ok(Self(Arc::new(Inner {
             observer,
+            dashboard: Default::default(),
             limiter,
             config,
             client,
@@ -76,6 +78,10 @@ impl RouterState {
 
     pub fn observer(&self) -> &Arc<kiln_observe::Observer> {
         &self.0.observer
+    }
+
+    pub fn dashboard_cache(&self) -> &crate::dashboard::Cache {
+        &self.0.dashboard
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -13,8 +13,10 @@
 //! - the router holds each key's rate limit for every node;
 //! - nodes name their colo, and the router keeps inference events, rollups and alerts
 //!   per colo across a restart; the shipped Grafana dashboard and alert rules query
-//!   only exported metrics.
+//!   only exported metrics; the `/dashboard` renders every panel in headless Chromium.
 
+#[path = "e2e_router/browser.rs"]
+mod browser;
 #[path = "e2e_router/dashboards.rs"]
 mod dashboards;
 #[path = "e2e_router/deploy.rs"]
@@ -31,6 +33,9 @@ mod limits;
 mod observe;
 #[path = "e2e_router/placement.rs"]
 mod placement;
+#[path = "support/python.rs"]
+#[allow(dead_code)]
+mod python;
 #[path = "e2e_router/stateful.rs"]
 mod stateful;
 #[path = "e2e_router/warm.rs"]
