@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokens_in: Some(30),
             tokens_out: Some(40),
             neurons: Some(0.01),
-            fallback: (i % 50 == 0).then(|| FallbackInfo {
+            fallback: i.is_multiple_of(50).then(|| FallbackInfo {
                 reason: "node_down".into(),
                 from: Some("c1".into()),
                 added_ms: 3.0,
