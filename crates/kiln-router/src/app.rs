@@ -124,10 +124,12 @@ async fn forward(State(state): State<RouterState>, req: Request) -> Response {
 
 /// Routes by model, recording an inference event for what runs a model.
 async fn route_observed(state: &RouterState, inbound: Inbound) -> Response {
-    match observe::Meta::of(state, &inbound) {
-        Some(meta) => observe::track(state, meta, proxy::route(state, inbound).await).await,
-        None => proxy::route(state, inbound).await,
-    }
+    let Some(meta) = observe::Meta::of(state, &inbound) else {
+        return proxy::route(state, inbound).await;
+    };
+    let resp = proxy::route(state, inbound.clone()).await;
+    let resp = crate::escalate::maybe(state, &inbound, resp).await;
+    observe::track(state, meta, resp).await
 }
 
 /// `/ai/run/{model}`: by model, or, queued (`?queueRequest=true`), to the node that

@@ -240,6 +240,8 @@ pub struct RouterConfig {
     /// Where the inference events and rollups are kept (`observe.sqlite3`); in memory only without one.
     pub data_dir: Option<PathBuf>,
     pub observe: kiln_observe::ObserverConfig,
+    /// Edge classifications under this top-class confidence are re-run on the upstream.
+    pub escalate_below: Option<f64>,
 }
 
 impl Default for RouterConfig {
@@ -271,6 +273,7 @@ impl Default for RouterConfig {
             shutdown_timeout: Duration::from_secs(30),
             data_dir: None,
             observe: kiln_observe::ObserverConfig::default(),
+            escalate_below: None,
         }
     }
 }
@@ -396,6 +399,7 @@ pub struct FileConfig {
     pub default_model: Option<String>,
     pub max_body_size: Option<ByteSize>,
     pub data_dir: Option<PathBuf>,
+    pub escalate_below: Option<f64>,
     pub models: Option<BTreeMap<String, ModelEntry>>,
     /// Connection limits and CORS.
     pub http: Option<HttpSettings>,

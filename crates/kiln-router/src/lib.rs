@@ -23,6 +23,7 @@ pub mod config;
 pub mod dashboard;
 pub mod discovery;
 pub mod error;
+pub mod escalate;
 pub mod hash;
 pub mod health;
 pub mod limits;

@@ -67,6 +67,7 @@ pub fn reason(f: Fallback) -> &'static str {
         Fallback::ContextLength => "context_length",
         Fallback::Overloaded => "overloaded",
         Fallback::Unavailable => "node_down",
+        Fallback::LowConfidence => "low_confidence",
     }
 }
 
@@ -108,6 +109,7 @@ pub async fn track(state: &RouterState, meta: Meta, resp: Response) -> Response 
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|n| n.is_finite() && *n >= 0.0),
         confidence,
+        wasted_neurons: note.as_ref().map_or(0.0, |n| n.wasted_neurons),
         fallback: note.map(|n| FallbackInfo {
             reason: reason(n.fallback).into(),
             from: n.from,

@@ -60,6 +60,8 @@ pub enum Fallback {
     Overloaded,
     /// No node could be reached.
     Unavailable,
+    /// An edge classification under the confidence threshold, re-run centrally.
+    LowConfidence,
 }
 
 impl Fallback {
@@ -69,6 +71,7 @@ impl Fallback {
             Fallback::ContextLength => "context_length",
             Fallback::Overloaded => "overloaded",
             Fallback::Unavailable => "unavailable",
+            Fallback::LowConfidence => "low_confidence",
         }
     }
 }
@@ -235,10 +238,31 @@ async fn fallback_or(
         fallback: why,
         from: from.map(str::to_string),
         added: req.received.elapsed(),
+        wasted_neurons: 0.0,
     };
     let mut resp = to_upstream(state, req, why, upstream).await;
     resp.extensions_mut().insert(note);
     resp
+}
+
+/// Re-runs `req`, answered at the edge by `edge` under the confidence threshold, on the
+/// upstream; the edge's neurons are wasted. `None` without an upstream.
+pub async fn escalate(
+    state: &RouterState,
+    req: &Inbound,
+    edge_colo: Option<&str>,
+    wasted: f64,
+) -> Option<Response> {
+    let upstream = state.config().upstream.as_ref()?;
+    let note = RouteNote {
+        fallback: Fallback::LowConfidence,
+        from: edge_colo.map(str::to_string),
+        added: req.received.elapsed(),
+        wasted_neurons: wasted,
+    };
+    let mut resp = to_upstream(state, req, Fallback::LowConfidence, upstream).await;
+    resp.extensions_mut().insert(note);
+    Some(resp)
 }
 
 /// What the proxy tells the events about a request it sent central (a response
@@ -250,6 +274,8 @@ pub struct RouteNote {
     pub from: Option<String>,
     /// Time spent at the edge before going central.
     pub added: Duration,
+    /// Neurons the edge spent on an answer that was not used.
+    pub wasted_neurons: f64,
 }
 
 async fn to_upstream(

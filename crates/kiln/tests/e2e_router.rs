@@ -13,7 +13,8 @@
 //! - the router holds each key's rate limit for every node;
 //! - nodes name their colo, and the router keeps inference events, rollups and alerts
 //!   per colo across a restart; the shipped Grafana dashboard and alert rules query
-//!   only exported metrics; the `/dashboard` renders every panel in headless Chromium.
+//!   only exported metrics; the `/dashboard` renders every panel in headless Chromium;
+//! - low-confidence edge classifications are re-run centrally (`--escalate-below`).
 
 #[path = "e2e_router/browser.rs"]
 mod browser;
@@ -21,6 +22,8 @@ mod browser;
 mod dashboards;
 #[path = "e2e_router/deploy.rs"]
 mod deploy;
+#[path = "e2e_router/escalate.rs"]
+mod escalate;
 #[path = "e2e_router/failover.rs"]
 mod failover;
 #[path = "e2e_router/fallback.rs"]
