@@ -21,6 +21,7 @@ pub mod error;
 pub mod files;
 pub mod firewall;
 pub mod models;
+pub mod observe;
 pub mod responses;
 pub mod structured;
 pub mod tokenize;

@@ -104,18 +104,19 @@ impl Generator {
     /// A lease on `hosted`, loading it first if needed. Records warm or cold in `call`,
     /// and sends the request's usage to the meter under the caller's key.
     pub async fn lease_hosted(&self, hosted: Arc<HostedModel>, call: &Call) -> Result<Lease> {
+        let asked = std::time::Instant::now();
         let mut lease = self.host.lease(hosted).await.inspect_err(|_| {
             call.warmth.set(false);
         })?;
-        call.warmth.set(lease.warm());
-        if self.meter.is_some() || self.limiter.any() {
-            lease.set_usage_sink(usage_sink(
-                self.meter.clone(),
-                self.limiter.clone(),
-                call.caller.clone(),
-                call.class,
-            ));
-        }
+        call.warmth.set_lease(lease.warm(), asked.elapsed());
+        // Always set: the sink also reports the neurons for `x-kiln-neurons`.
+        lease.set_usage_sink(usage_sink(
+            self.meter.clone(),
+            self.limiter.clone(),
+            call.caller.clone(),
+            call.class,
+            call.warmth.clone(),
+        ));
         Ok(lease)
     }
 

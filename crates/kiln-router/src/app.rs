@@ -2,7 +2,8 @@
 //! a node), plus `GET /nodes`.
 //!
 //! API routes (`/v1/*`, `/ai/run/*`, `/tokenize`, `/detokenize`, `/nodes`) need an API
-//! key when the router has keys; `/health`, `/ready` and `/metrics` are always open.
+//! key when the router has keys; `/health`, `/ready`, `/metrics` and the `/dashboard`
+//! page are always open (its data stream takes the key as `?key=`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,6 +25,7 @@ use crate::affinity::session_key;
 use crate::error::ApiError;
 use crate::metrics::NodeGauges;
 use crate::nodes::Health;
+use crate::observe;
 use crate::pinned;
 use crate::placement::Resolved;
 use crate::proxy::{self, Inbound};
@@ -38,7 +40,11 @@ pub fn app(state: RouterState) -> Router {
     let ops = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route("/dashboard", get(crate::dashboard::page))
+        .route("/dashboard/app.js", get(crate::dashboard::script))
+        .route("/dashboard/style.css", get(crate::dashboard::style))
+        .route("/dashboard/events", get(crate::dashboard::events));
     let (timeout, cors) = (
         state.config().limits.body_timeout,
         state.config().cors.clone(),
@@ -66,11 +72,16 @@ fn api_routes() -> Router<RouterState> {
         if e.pin == Pin::NodeOnly {
             continue;
         }
+        if e.pin == Pin::RouterOnly {
+            let on = paths.remove(e.path).unwrap_or_default();
+            paths.insert(e.path, on.on(filter, observability_route(e.path)));
+            continue;
+        }
         // A `{*model}` path names the model in the path rather than the body.
         let in_path = e.path.ends_with("{*model}");
         let on = paths.remove(e.path).unwrap_or_default();
         let on = match e.pin {
-            Pin::NodeOnly => on,
+            Pin::NodeOnly | Pin::RouterOnly => on,
             Pin::Model if in_path => on.on(filter, forward_ai_run),
             Pin::Model => on.on(filter, forward),
             Pin::Caller => on.on(filter, forward_callers),
@@ -85,6 +96,16 @@ fn api_routes() -> Router<RouterState> {
         .fold(Router::new(), |r, (path, on)| r.route(path, on))
 }
 
+/// The handler of one of the router's own observability routes.
+fn observability_route(path: &str) -> MethodRouter<RouterState> {
+    use crate::observe_routes as o;
+    match path {
+        "/v1/observability/events" => get(o::events),
+        "/v1/observability/rollups" => get(o::rollups),
+        _ => get(o::alerts),
+    }
+}
+
 /// The fields routing needs; anything else (and any type) is the node's business.
 #[derive(Deserialize)]
 struct Peek {
@@ -96,9 +117,19 @@ struct Peek {
 
 async fn forward(State(state): State<RouterState>, req: Request) -> Response {
     match inbound(&state, req, None).await {
-        Ok(inbound) => proxy::route(&state, inbound).await,
+        Ok(inbound) => route_observed(&state, inbound).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// Routes by model, recording an inference event for what runs a model.
+async fn route_observed(state: &RouterState, inbound: Inbound) -> Response {
+    let Some(meta) = observe::Meta::of(state, &inbound) else {
+        return proxy::route(state, inbound).await;
+    };
+    let resp = proxy::route(state, inbound.clone()).await;
+    let resp = crate::escalate::maybe(state, &inbound, resp).await;
+    observe::track(state, meta, resp).await
 }
 
 /// `/ai/run/{model}`: by model, or, queued (`?queueRequest=true`), to the node that
@@ -114,7 +145,7 @@ async fn forward_ai_run(
         .is_some_and(|q| q.split('&').any(|p| p == "queueRequest=true"));
     match inbound(&state, req, Some(model)).await {
         Ok(inbound) if queued => to_caller_node(&state, inbound, "queued requests").await,
-        Ok(inbound) => proxy::route(&state, inbound).await,
+        Ok(inbound) => route_observed(&state, inbound).await,
         Err(e) => e.into_response(),
     }
 }
@@ -326,9 +357,10 @@ async fn metrics(State(state): State<RouterState>) -> Response {
             placements: placement.placements_of(i),
         })
         .collect();
-    let text = state
+    let mut text = state
         .metrics()
         .render(&gauges, state.config().upstream.is_some());
+    state.observer().render_prometheus(&mut text);
     (
         [(
             header::CONTENT_TYPE,

@@ -237,6 +237,11 @@ pub struct RouterConfig {
     /// Browser origins allowed to call the router (CORS); none by default.
     pub cors: CorsPolicy,
     pub shutdown_timeout: Duration,
+    /// Where the inference events and rollups are kept (`observe.sqlite3`); in memory only without one.
+    pub data_dir: Option<PathBuf>,
+    pub observe: kiln_observe::ObserverConfig,
+    /// Edge classifications under this top-class confidence are re-run on the upstream.
+    pub escalate_below: Option<f64>,
 }
 
 impl Default for RouterConfig {
@@ -266,6 +271,9 @@ impl Default for RouterConfig {
             limits: ConnectionLimits::default(),
             cors: CorsPolicy::default(),
             shutdown_timeout: Duration::from_secs(30),
+            data_dir: None,
+            observe: kiln_observe::ObserverConfig::default(),
+            escalate_below: None,
         }
     }
 }
@@ -390,6 +398,8 @@ pub struct FileConfig {
     pub rate_limit_tpm: Option<u64>,
     pub default_model: Option<String>,
     pub max_body_size: Option<ByteSize>,
+    pub data_dir: Option<PathBuf>,
+    pub escalate_below: Option<f64>,
     pub models: Option<BTreeMap<String, ModelEntry>>,
     /// Connection limits and CORS.
     pub http: Option<HttpSettings>,

@@ -37,6 +37,8 @@ pub enum Error {
     Serve(#[source] std::io::Error),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
+    #[error(transparent)]
+    Observe(#[from] kiln_observe::ObserveError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -73,6 +75,14 @@ pub enum ApiError {
     },
     #[error("the fallback upstream failed: {0}")]
     Upstream(String),
+    /// A query parameter out of its documented range.
+    #[error("{message}")]
+    BadRequest {
+        param: &'static str,
+        message: String,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("the router is shutting down")]
     ShuttingDown,
     /// Over the client key's requests or tokens per minute.
@@ -98,6 +108,8 @@ impl ClassifiedError for ApiError {
                 ErrorKind::Unavailable
             }
             ApiError::Upstream(_) => ErrorKind::Upstream,
+            ApiError::BadRequest { .. } => ErrorKind::Invalid,
+            ApiError::Internal(_) => ErrorKind::Internal,
         }
     }
 
@@ -116,12 +128,15 @@ impl ClassifiedError for ApiError {
             ApiError::Upstream(_) => "upstream_failed",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::RateLimited { .. } => "rate_limit_exceeded",
+            ApiError::BadRequest { .. } => "invalid_value",
+            ApiError::Internal(_) => "internal_error",
         }
     }
 
     fn param(&self) -> Option<String> {
         match self {
             ApiError::ModelNotFound { .. } | ApiError::NoNode { .. } => Some("model".into()),
+            ApiError::BadRequest { param, .. } => Some((*param).into()),
             _ => None,
         }
     }

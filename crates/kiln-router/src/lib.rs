@@ -20,13 +20,17 @@
 pub mod affinity;
 pub mod app;
 pub mod config;
+pub mod dashboard;
 pub mod discovery;
 pub mod error;
+pub mod escalate;
 pub mod hash;
 pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod nodes;
+pub mod observe;
+pub mod observe_routes;
 pub mod pinned;
 pub mod placement;
 pub mod prom;

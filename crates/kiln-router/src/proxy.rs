@@ -60,6 +60,8 @@ pub enum Fallback {
     Overloaded,
     /// No node could be reached.
     Unavailable,
+    /// An edge classification under the confidence threshold, re-run centrally.
+    LowConfidence,
 }
 
 impl Fallback {
@@ -69,6 +71,7 @@ impl Fallback {
             Fallback::ContextLength => "context_length",
             Fallback::Overloaded => "overloaded",
             Fallback::Unavailable => "unavailable",
+            Fallback::LowConfidence => "low_confidence",
         }
     }
 }
@@ -120,7 +123,10 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
                 model: name,
                 served: placement.served(),
             };
-            return fallback_or(state, &req, Fallback::UnknownModel, || err.into_response()).await;
+            return fallback_or(state, &req, Fallback::UnknownModel, None, || {
+                err.into_response()
+            })
+            .await;
         }
         // No node has answered yet: nothing is known, not even the default.
         Resolved::Unknown(_) | Resolved::NoDefault => {
@@ -128,7 +134,10 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
                 model: req.model.clone().unwrap_or_else(|| "(default)".into()),
                 detail: "no node has reported its models yet".into(),
             };
-            return fallback_or(state, &req, Fallback::Unavailable, || err.into_response()).await;
+            return fallback_or(state, &req, Fallback::Unavailable, None, || {
+                err.into_response()
+            })
+            .await;
         }
     };
     let plan = select::plan(&placement, &model, req.session.as_deref(), Instant::now());
@@ -136,6 +145,13 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
         state.metrics().affinity_requests.inc();
     }
     let config = state.config();
+    // The colo a fallback left from: the first node tried, or, none being usable, the
+    // shard's first (where the model lives at the edge).
+    let from = plan.candidates.first().map(|n| n.colo.clone()).or_else(|| {
+        let first = placement.models.get(&model)?.shard.first()?;
+        Some(placement.nodes.get(*first)?.colo.clone())
+    });
+    let from = from.as_deref();
     let mut failures: Vec<String> = Vec::new();
     // The last answer of each kind, to pass on if nothing better comes.
     let mut last_failed: Option<(Buffered, &Node)> = None;
@@ -166,7 +182,7 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
                 last_busy = Some((r, node));
             }
             Attempt::ContextLength(r) => {
-                return fallback_or(state, &req, Fallback::ContextLength, || {
+                return fallback_or(state, &req, Fallback::ContextLength, from, || {
                     served(state, node, r)
                 })
                 .await;
@@ -179,7 +195,7 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
             Some((r, node)) => served(state, node, r),
             None => ApiError::AllBusy { model }.into_response(),
         };
-        return fallback_or(state, &req, Fallback::Overloaded, resp).await;
+        return fallback_or(state, &req, Fallback::Overloaded, from, resp).await;
     }
     let resp = || match (last_failed, last_not_served) {
         (Some((r, node)), _) | (None, Some((r, node))) => served(state, node, r),
@@ -193,7 +209,7 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
         }
         .into_response(),
     };
-    fallback_or(state, &req, Fallback::Unavailable, resp).await
+    fallback_or(state, &req, Fallback::Unavailable, from, resp).await
 }
 
 /// A node's response that goes back to the client: count it.
@@ -212,11 +228,62 @@ async fn fallback_or(
     state: &RouterState,
     req: &Inbound,
     why: Fallback,
+    from: Option<&str>,
     otherwise: impl FnOnce() -> Response,
 ) -> Response {
     let Some(upstream) = &state.config().upstream else {
         return otherwise();
     };
+    let note = RouteNote {
+        fallback: why,
+        from: from.map(str::to_string),
+        added: req.received.elapsed(),
+        wasted_neurons: 0.0,
+    };
+    let mut resp = to_upstream(state, req, why, upstream).await;
+    resp.extensions_mut().insert(note);
+    resp
+}
+
+/// Re-runs `req`, answered at the edge by `edge` under the confidence threshold, on the
+/// upstream; the edge's neurons are wasted. `None` without an upstream.
+pub async fn escalate(
+    state: &RouterState,
+    req: &Inbound,
+    edge_colo: Option<&str>,
+    wasted: f64,
+) -> Option<Response> {
+    let upstream = state.config().upstream.as_ref()?;
+    let note = RouteNote {
+        fallback: Fallback::LowConfidence,
+        from: edge_colo.map(str::to_string),
+        added: req.received.elapsed(),
+        wasted_neurons: wasted,
+    };
+    let mut resp = to_upstream(state, req, Fallback::LowConfidence, upstream).await;
+    resp.extensions_mut().insert(note);
+    Some(resp)
+}
+
+/// What the proxy tells the events about a request it sent central (a response
+/// extension; never sent to the client).
+#[derive(Debug, Clone)]
+pub struct RouteNote {
+    pub fallback: Fallback,
+    /// The colo of the first node tried, if any was.
+    pub from: Option<String>,
+    /// Time spent at the edge before going central.
+    pub added: Duration,
+    /// Neurons the edge spent on an answer that was not used.
+    pub wasted_neurons: f64,
+}
+
+async fn to_upstream(
+    state: &RouterState,
+    req: &Inbound,
+    why: Fallback,
+    upstream: &crate::config::Upstream,
+) -> Response {
     state.metrics().fallback(why.as_str());
     tracing::debug!(reason = why.as_str(), path = %req.path, "to the upstream");
     let metrics = state.metrics().node("upstream");

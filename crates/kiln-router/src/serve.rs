@@ -103,6 +103,9 @@ pub async fn serve<R: Resolver>(
     let _ = stop_tx.send(true);
     let _ = discovering.await;
     let _ = checking.await;
+    if let Err(e) = state.observer().flush() {
+        tracing::warn!("cannot write the last inference events: {e}");
+    }
     tracing::info!("stopped");
     served
 }

@@ -23,6 +23,9 @@ struct Inner {
     /// change and a catalogue change at the same moment cannot undo each other.
     updating: Mutex<()>,
     metrics: Metrics,
+    /// Inference events, rollups and alerts.
+    observer: Arc<kiln_observe::Observer>,
+    dashboard: crate::dashboard::Cache,
     /// Per-client-key buckets, for every node.
     limiter: kiln_guard::Limiter,
     shutting_down: AtomicBool,
@@ -44,7 +47,13 @@ impl RouterState {
             .build()
             .map_err(Error::Client)?;
         let limiter = kiln_guard::Limiter::new(config.rate_limits, Default::default());
+        let observer = match &config.data_dir {
+            Some(dir) => kiln_observe::Observer::open(dir, config.observe.clone())?,
+            None => kiln_observe::Observer::in_memory(config.observe.clone()),
+        };
         Ok(Self(Arc::new(Inner {
+            observer,
+            dashboard: Default::default(),
             limiter,
             config,
             client,
@@ -65,6 +74,14 @@ impl RouterState {
 
     pub fn limiter(&self) -> &kiln_guard::Limiter {
         &self.0.limiter
+    }
+
+    pub fn observer(&self) -> &Arc<kiln_observe::Observer> {
+        &self.0.observer
+    }
+
+    pub fn dashboard_cache(&self) -> &crate::dashboard::Cache {
+        &self.0.dashboard
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -104,6 +104,12 @@ async fn the_router_serves_the_endpoint_table_and_nothing_else() {
             }
             // The router answers from the nodes' catalogues.
             Pin::Router => assert_eq!(status, 200, "{method} {path}: {body}"),
+            // The router's own observability: answered here, never forwarded.
+            Pin::RouterOnly => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                assert_eq!(body["object"], "list", "{method} {path}: {body}");
+                assert!(!reached, "{method} {path} reached a node");
+            }
             Pin::Model | Pin::Caller | Pin::Agent => {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 assert_eq!(

@@ -103,6 +103,10 @@ pub fn app(state: AppState) -> Router {
     let max_file_bytes = state.files().ok().map(|f| f.limits().max_file_bytes);
     let body_limits = crate::body_limit::BodyLimits::new(config.body_limit, max_file_bytes);
     let cors = config.cors.clone();
+    let colo = config
+        .colo
+        .as_ref()
+        .and_then(|c| axum::http::HeaderValue::from_str(&c.name).ok());
     let app = api
         .merge(admin)
         .merge(scraped)
@@ -112,6 +116,9 @@ pub fn app(state: AppState) -> Router {
         // Each route's body limit, from the endpoint table.
         .layer(from_fn_with_state(body_limits, crate::body_limit::apply))
         .layer(from_fn(request_context))
+        .layer(from_fn(move |req: axum::extract::Request, next| {
+            crate::middleware::colo_header(colo.clone(), req, next)
+        }))
         .layer(from_fn(move |req: axum::extract::Request, next| {
             let uploading = crate::body_limit::is_upload(req.method().as_str(), req.uri().path());
             body_deadline(if uploading { upload_timeout } else { timeout }, req, next)

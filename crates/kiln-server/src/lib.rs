@@ -49,4 +49,4 @@ pub use kiln_http::{ConnectionLimits, CorsPolicy};
 pub use kiln_responses::Limits as ResponseLimits;
 pub use lease::{CallContext, Caller, WARM_HEADER};
 pub use serve::{run, serve, shutdown_signal, ServeOptions};
-pub use state::{ApiKey, AppState, ServerConfig};
+pub use state::{ApiKey, AppState, Colo, ServerConfig};

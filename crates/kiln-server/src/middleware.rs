@@ -1,5 +1,5 @@
-//! Per-request plumbing: an id and a tracing span for every request, the `x-kiln-warm`
-//! header, panics turned into 500s, the shutdown gate, and OpenAI-shaped 404/405
+//! Per-request plumbing: an id and a tracing span for every request, the `x-kiln-warm`,
+//! `x-kiln-cold-start`, `x-kiln-neurons` and `x-kiln-colo` headers, panics turned into 500s, the shutdown gate, and OpenAI-shaped 404/405
 //! fallbacks (the public app's after auth: 401 before 404).
 
 use std::panic::AssertUnwindSafe;
@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::lease::WARM_HEADER;
 use crate::state::AppState;
+use kiln_api::observe::{COLD_START_HEADER, COLO_HEADER, NEURONS_HEADER};
 use kiln_generate::Warmth;
 
 /// The server's id of one request (32 hex digits); also the suffix of completion ids
@@ -59,6 +60,27 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
     if let Some(warm) = warmth.get() {
         let v = HeaderValue::from_static(if warm { "true" } else { "false" });
         resp.headers_mut().insert(WARM_HEADER, v);
+    }
+    if let Some(waited) = warmth.load_wait() {
+        resp.headers_mut().insert(
+            COLD_START_HEADER,
+            HeaderValue::from(waited.as_millis() as u64),
+        );
+    }
+    // Known by now only for a response read whole; a stream's usage comes later.
+    if let Some(n) = warmth.neurons() {
+        if let Ok(v) = HeaderValue::from_str(&format!("{n:.6}")) {
+            resp.headers_mut().insert(NEURONS_HEADER, v);
+        }
+    }
+    resp
+}
+
+/// Names the node's colo (`--colo`) on every response, for the router's events.
+pub async fn colo_header(colo: Option<HeaderValue>, req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    if let Some(v) = colo {
+        resp.headers_mut().insert(COLO_HEADER, v);
     }
     resp
 }

@@ -87,6 +87,17 @@ pub struct ServerConfig {
     pub lora: LoraConfig,
     /// Rate limits, quotas, the response cache and the prompt firewall.
     pub guard: GuardSettings,
+    /// Where this node runs (`--colo`), named in `x-kiln-colo` and `/health`.
+    pub colo: Option<Colo>,
+}
+
+/// A node's location: a colo name (an IATA-style code such as `ams`) and, optionally,
+/// its coordinates for the router's map.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Colo {
+    pub name: String,
+    pub lat: Option<f64>,
+    pub lon: Option<f64>,
 }
 
 impl Default for ServerConfig {
@@ -103,6 +114,7 @@ impl Default for ServerConfig {
             models_memory: None,
             lora: LoraConfig::default(),
             guard: GuardSettings::default(),
+            colo: None,
         }
     }
 }

@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use kiln_api::endpoints::{Method, ENDPOINTS};
+use kiln_api::endpoints::{Endpoint, Method, Pin, ENDPOINTS};
 use serde_json::Value;
 use support::*;
 
@@ -46,12 +46,20 @@ async fn routing_error(state: &kiln_server::AppState, method: &str, path: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_serves_the_endpoint_table_and_nothing_else() {
     let s = state();
-    for e in ENDPOINTS {
+    // The router's own routes are the router's alone: a node answers them 404.
+    let (node_routes, router_only): (Vec<&Endpoint>, Vec<&Endpoint>) =
+        ENDPOINTS.iter().partition(|e| e.pin != Pin::RouterOnly);
+    for e in router_only {
+        let (method, path) = (e.method.as_str(), concrete(e.path));
+        let got = routing_error(&s, method, &path).await;
+        assert_eq!(got, Some(404), "{method} {path} is the router's only");
+    }
+    for e in &node_routes {
         let (method, path) = (e.method.as_str(), concrete(e.path));
         let got = routing_error(&s, method, &path).await;
         assert_eq!(got, None, "{method} {path} is in the table but not served");
     }
-    for e in ENDPOINTS {
+    for e in node_routes {
         for m in [Method::Get, Method::Post, Method::Put, Method::Delete] {
             if ENDPOINTS.iter().any(|o| o.path == e.path && o.method == m) {
                 continue;
@@ -125,7 +133,8 @@ fn app_rs_routes_only_table_paths() {
             "app.rs routes {path}, which the endpoint table lacks"
         );
     }
-    for path in ENDPOINTS.iter().map(|e| e.path) {
+    let node_paths = ENDPOINTS.iter().filter(|e| e.pin != Pin::RouterOnly);
+    for path in node_paths.map(|e| e.path) {
         assert!(
             routed.iter().any(|r| r == path),
             "the table lists {path}, which app.rs does not route"

@@ -10,10 +10,20 @@
 //!   hold through the router;
 //! - placement keeps models warm (>= 99% in steady state) where random routing over
 //!   the same nodes does not;
-//! - the router holds each key's rate limit for every node.
+//! - the router holds each key's rate limit for every node;
+//! - nodes name their colo, and the router keeps inference events, rollups and alerts
+//!   per colo across a restart; the shipped Grafana dashboard and alert rules query
+//!   only exported metrics; the `/dashboard` renders every panel in headless Chromium;
+//! - low-confidence edge classifications are re-run centrally (`--escalate-below`).
 
+#[path = "e2e_router/browser.rs"]
+mod browser;
+#[path = "e2e_router/dashboards.rs"]
+mod dashboards;
 #[path = "e2e_router/deploy.rs"]
 mod deploy;
+#[path = "e2e_router/escalate.rs"]
+mod escalate;
 #[path = "e2e_router/failover.rs"]
 mod failover;
 #[path = "e2e_router/fallback.rs"]
@@ -22,8 +32,13 @@ mod fallback;
 mod harness;
 #[path = "e2e_router/limits.rs"]
 mod limits;
+#[path = "e2e_router/observe.rs"]
+mod observe;
 #[path = "e2e_router/placement.rs"]
 mod placement;
+#[path = "support/python.rs"]
+#[allow(dead_code)]
+mod python;
 #[path = "e2e_router/stateful.rs"]
 mod stateful;
 #[path = "e2e_router/warm.rs"]

@@ -81,6 +81,8 @@ pub enum Pin {
     /// Only a node serves it (its admin and scrape endpoints, a key's agent list):
     /// `kiln route` does not.
     NodeOnly,
+    /// Only the router serves it (its observability of all nodes); nodes do not.
+    RouterOnly,
 }
 
 /// How large a request body may be.

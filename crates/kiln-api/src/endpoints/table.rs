@@ -4,7 +4,7 @@
 use super::BodyLimit::{Bytes, Upload};
 use super::Method::{Delete, Get, Post, Put};
 use super::ModelKind::{Classify, Embed, Generate};
-use super::Pin::{Agent, Caller, Model, NodeOnly, Router};
+use super::Pin::{Agent, Caller, Model, NodeOnly, Router, RouterOnly};
 use super::{BodyLimit, Endpoint, Method, ModelKind, Pin, Prompt, VECTORIZE_WRITE_BYTES};
 
 /// Every route of the API (`/v1/*`, `/ai/run/*`, `/vectorize/*`, `/tokenize`,
@@ -39,6 +39,10 @@ pub const ENDPOINTS: &[Endpoint] = &[
     plain(Post, "/detokenize", Model),
     plain(Get, "/v1/models", Router),
     plain(Get, "/v1/models/{*model}", Router),
+    // The router's inference events, their rollups and its alerts.
+    plain(Get, "/v1/observability/events", RouterOnly),
+    plain(Get, "/v1/observability/rollups", RouterOnly),
+    plain(Get, "/v1/observability/alerts", RouterOnly),
     // The Responses API: stored per key.
     runs(Post, "/v1/responses", Some(Prompt::Responses), Caller),
     plain(Get, "/v1/responses/{id}", Caller),

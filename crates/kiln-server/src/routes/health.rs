@@ -26,10 +26,11 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
             })
         })
         .collect();
+    let colo = &state.config().colo;
     if state.is_ready() {
         (
             StatusCode::OK,
-            Json(json!({"status": "ready", "models": models})),
+            Json(json!({"status": "ready", "models": models, "colo": colo})),
         )
     } else {
         let status = if state.is_shutting_down() {
@@ -39,7 +40,7 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
         };
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": status, "models": models})),
+            Json(json!({"status": status, "models": models, "colo": colo})),
         )
     }
 }

@@ -3,15 +3,18 @@
 //!
 //! - embeddings: `{text: "..." | ["...", ...]}` → `{shape: [n, dim], data: [[...], ...],
 //!   pooling: "mean"}`;
-//! - text classification: `{text: "..."}` → `[{label, score}, ...]`, highest score first.
+//! - text classification: `{text: "..."}` → `[{label, score}, ...]`, highest score first,
+//!   with the top score in `x-kiln-confidence`.
 //!
 //! An input over the model's limit is a 400 unless `truncate_inputs` (Workers AI's field)
 //! is true; then it is cut to its first tokens.
 
 use std::sync::Arc;
 
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use kiln_api::observe::CONFIDENCE_HEADER;
 use kiln_api::workers_ai::{AiEmbeddings, AiLabelScore, AiRunEnvelope, AiText, AiTextRequest};
 use kiln_generate::{
     check_count, Call, ClassifyRequest, EmbedRequest, EncodeInput, Generator, Truncation,
@@ -90,7 +93,15 @@ pub async fn classify(
         .into_iter()
         .map(|(label, score)| AiLabelScore { label, score })
         .collect();
-    Ok(Json(AiRunEnvelope::success(scores)).into_response())
+    let top = scores
+        .iter()
+        .map(|s| s.score)
+        .fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.max(s))));
+    let mut resp = Json(AiRunEnvelope::success(scores)).into_response();
+    if let Some(v) = top.and_then(|t| HeaderValue::from_str(&format!("{t:.6}")).ok()) {
+        resp.headers_mut().insert(CONFIDENCE_HEADER, v);
+    }
+    Ok(resp)
 }
 
 /// Workers AI's `text`, as the generator's input.

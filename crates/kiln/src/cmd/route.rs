@@ -15,6 +15,7 @@
 //! load_factor = 1.25
 //! health_interval = 2
 //! discovery_interval = 10
+//! data_dir = "/var/lib/kiln-router"
 //! [upstream]
 //! url = "https://central.example.com/v1"
 //! api_key = "sk-..."
@@ -154,6 +155,16 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     shutdown_timeout: Option<f64>,
 
+    /// Directory for the inference events and per-minute rollups (observe.sqlite3,
+    /// the last day); without one they are kept in memory only
+    #[arg(long, value_name = "DIR", env = "KILN_ROUTER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Re-run on the upstream any edge text classification whose top-class confidence
+    /// is under this (0 to 1); the response's `x-kiln-tier` says which tier answered
+    #[arg(long, value_name = "P")]
+    escalate_below: Option<f64>,
+
     #[command(flatten)]
     http: super::HttpArgs,
 }
@@ -236,7 +247,16 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
         }
         None => None,
     };
+    let escalate_below = args.escalate_below.or(file.escalate_below);
+    if let Some(p) = escalate_below {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&p),
+            "--escalate-below must be from 0 to 1"
+        );
+    }
     let config = RouterConfig {
+        escalate_below,
+        data_dir: args.data_dir.or(file.data_dir.clone()),
         addr,
         nodes,
         dns,

@@ -200,6 +200,11 @@ pub struct Args {
     #[arg(long)]
     max_queued: Option<usize>,
 
+    /// Where this node runs, e.g. an IATA-style code (ams); sent in `x-kiln-colo` for
+    /// the router's per-colo view
+    #[arg(long, value_name = "NAME", env = "KILN_COLO")]
+    colo: Option<String>,
+
     /// Seconds to let in-flight requests finish after SIGTERM/Ctrl-C [default: 30]
     #[arg(long, value_name = "SECS")]
     shutdown_timeout: Option<f64>,
@@ -322,7 +327,9 @@ fn settings(
         file.loras,
         file.max_loras,
     )?;
+    let colo = config::colo(args.colo, file.colo)?;
     let server = ServerConfig {
+        colo,
         api_keys,
         admin_keys,
         metrics_keys,

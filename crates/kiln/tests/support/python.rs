@@ -1,6 +1,7 @@
 //! A Python virtual environment for the end-to-end tests that drive `kiln serve` from
 //! Python: the official `openai` SDK, `jsonschema`, and the official `mcp` SDK with
-//! `uvicorn` (an MCP server fixture), installed with pip under Cargo's target directory
+//! `uvicorn` (an MCP server fixture), `websocket-client` (Chromium's DevTools protocol),
+//! installed with pip under Cargo's target directory
 //! on first use. If they can't be installed the test fails: it never
 //! skips.
 
@@ -9,8 +10,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// What the venv holds, beyond pip itself.
-const PACKAGES: &[&str] = &["openai", "jsonschema", "mcp", "uvicorn"];
+/// What the venv holds, beyond pip itself (`websocket-client` drives Chromium over the
+/// DevTools protocol).
+const PACKAGES: &[&str] = &["openai", "jsonschema", "mcp", "uvicorn", "websocket-client"];
+/// Their import names, where they differ.
+const IMPORTS: &[&str] = &["openai", "jsonschema", "mcp", "uvicorn", "websocket"];
 
 /// Runs `cmd` to completion with its output captured; panics when it runs past `limit`.
 pub fn run(cmd: &mut Command, limit: Duration) -> Output {
@@ -67,7 +71,7 @@ pub fn assert_checks_passed(out: &Output, label: &str, server_log: &str) {
 pub fn venv_python() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
     let python = dir.join("bin").join("python");
-    let imports = format!("import {}", PACKAGES.join(", "));
+    let imports = format!("import {}", IMPORTS.join(", "));
     let ready = |py: &Path| {
         py.exists()
             && run(

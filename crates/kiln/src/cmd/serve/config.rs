@@ -29,6 +29,8 @@
 //! lora_dirs = ["/var/lib/kiln/adapters"]
 //! loras = { support-bot = "/srv/adapters/support-bot" }
 //! max_loras = 8
+//! # Where the node runs (`--colo`), with optional coordinates for the router's map.
+//! colo = { name = "ams", lat = 52.31, lon = 4.76 }
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -86,6 +88,55 @@ pub struct FileConfig {
     pub max_loras: Option<usize>,
     /// Connection limits and CORS.
     pub http: Option<HttpSettings>,
+    /// Where the node runs (`--colo`): a name, or `{ name, lat, lon }`.
+    pub colo: Option<ColoEntry>,
+}
+
+/// `colo = "ams"` or `colo = { name = "ams", lat = 52.31, lon = 4.76 }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ColoEntry {
+    Name(String),
+    Table {
+        name: String,
+        lat: Option<f64>,
+        lon: Option<f64>,
+    },
+}
+
+/// Longest colo name: it is a header value and a Prometheus label at the router.
+const MAX_COLO_LEN: usize = 32;
+
+/// The node's colo: the flag's name (with the file's coordinates if the file names the
+/// same colo), else the file's.
+pub fn colo(
+    flag: Option<String>,
+    file: Option<ColoEntry>,
+) -> anyhow::Result<Option<kiln_server::Colo>> {
+    let (file_name, lat, lon) = match file {
+        None => (None, None, None),
+        Some(ColoEntry::Name(n)) => (Some(n), None, None),
+        Some(ColoEntry::Table { name, lat, lon }) => (Some(name), lat, lon),
+    };
+    let Some(name) = flag.clone().or(file_name.clone()) else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        !name.is_empty()
+            && name.len() <= MAX_COLO_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "invalid colo `{name}`: expected 1 to {MAX_COLO_LEN} letters, digits, `-` or `_`"
+    );
+    let same = file_name.as_deref() == Some(name.as_str());
+    let (lat, lon) = if same { (lat, lon) } else { (None, None) };
+    anyhow::ensure!(
+        lat.is_none_or(|v| (-90.0..=90.0).contains(&v))
+            && lon.is_none_or(|v| (-180.0..=180.0).contains(&v)),
+        "invalid colo coordinates: lat must be within ±90 and lon within ±180"
+    );
+    Ok(Some(kiln_server::Colo { name, lat, lon }))
 }
 
 impl FileConfig {
