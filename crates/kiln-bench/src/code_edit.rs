@@ -90,17 +90,24 @@ impl CodeEdit {
 
 /// Every (file, function) edit the sources offer, in a fixed order.
 pub fn all_edits() -> Vec<CodeEdit> {
-    let mut edits = vec![];
-    for &(path, source) in SOURCES {
-        for function in functions(source) {
-            edits.push(CodeEdit {
-                path,
-                source,
-                function,
-            });
-        }
-    }
-    edits
+    edits_by_file().into_iter().flatten().collect()
+}
+
+/// The edits of each source file, in [`SOURCES`]' order.
+fn edits_by_file() -> Vec<Vec<CodeEdit>> {
+    SOURCES
+        .iter()
+        .map(|&(path, source)| {
+            functions(source)
+                .into_iter()
+                .map(|function| CodeEdit {
+                    path,
+                    source,
+                    function,
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Names of the functions a file defines (`fn name` at any indentation), deduplicated.
@@ -133,10 +140,7 @@ impl Workload {
     /// each with one of its functions) before any file twice, so a short workload never
     /// edits one file twice; each asks for the file's tokens plus a small margin.
     pub fn code_edit(counter: &dyn TokenCounter, num_prompts: usize, seed: u64) -> Result<Self> {
-        let mut by_file: Vec<Vec<CodeEdit>> = SOURCES
-            .iter()
-            .map(|&(path, _)| all_edits().into_iter().filter(|e| e.path == path).collect())
-            .collect();
+        let mut by_file = edits_by_file();
         for (i, edits) in by_file.iter_mut().enumerate() {
             shuffle(edits, seed.wrapping_add(i as u64 + 1));
         }

@@ -81,15 +81,20 @@ impl NgramIndex {
     }
 
     fn slot(&self, gram: &[u32]) -> usize {
-        // FNV-1a over the tokens, with the length mixed in so the n-gram sizes don't
-        // share slots by construction.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ gram.len() as u64;
-        for &t in gram {
-            h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        // Fold the high bits in: FNV's low bits mix poorly.
-        ((h ^ (h >> 29)) as usize) & (self.slots.len() - 1)
+        // The length is mixed in so the n-gram sizes don't share slots by construction.
+        gram_hash(gram.len() as u64, gram) & (self.slots.len() - 1)
     }
+}
+
+/// FNV-1a over `gram`'s tokens, started from `seed`, for the direct-mapped n-gram tables
+/// here and in [`super::recent`].
+pub(super) fn gram_hash(seed: u64, gram: &[u32]) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for &t in gram {
+        h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // Fold the high bits in: FNV's low bits mix poorly.
+    (h ^ (h >> 29)) as usize
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use super::index::gram_hash;
+
 /// Tokens kept (4 bytes each, plus 8 for the key tag).
 const CAPACITY: usize = 1 << 16;
 /// The n-gram looked up; shorter matches across requests are mostly coincidences.
@@ -84,7 +86,7 @@ impl RecentOutputs {
             return None;
         }
         let suffix = &tokens[len - GRAM..];
-        let h = self.hash(suffix, tag);
+        let h = gram_hash(tag, suffix);
         let next = self.slots[h & (self.slots.len() - 1)].checked_sub(1)?;
         let oldest = self.written.saturating_sub(CAPACITY as u64);
         if next < oldest + GRAM as u64 || next >= self.written {
@@ -127,15 +129,7 @@ impl RecentOutputs {
     fn slot(&self, start: u64, tag: u64) -> usize {
         let gram: [u32; GRAM] =
             std::array::from_fn(|j| self.tokens[((start + j as u64) % CAPACITY as u64) as usize]);
-        self.hash(&gram, tag) & (self.slots.len() - 1)
-    }
-
-    fn hash(&self, gram: &[u32], tag: u64) -> usize {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ tag;
-        for &t in gram {
-            h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        (h ^ (h >> 29)) as usize
+        gram_hash(tag, &gram) & (self.slots.len() - 1)
     }
 }
 
