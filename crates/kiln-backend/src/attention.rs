@@ -1,8 +1,9 @@
 //! Causal attention over paged K/V, for a flat batch of tokens from many sequences.
 //!
 //! Each task handles one token and one KV head's whole GQA group, so each cached key and
-//! value is read and converted once for the group (one query head per task only when an
-//! f16 cache meets a batch too small to keep the threads busy). Scores are kept
+//! value is read and converted once for the group (a part of the group per task only
+//! when an f16 cache meets a batch whose groups can't be spread evenly over the threads,
+//! see [`heads_per_task`]). Scores are kept
 //! per task in a thread-local buffer that grows once and is then reused, so steady-state
 //! steps don't allocate.
 //!
@@ -90,12 +91,8 @@ pub fn paged_attention(
     assert_eq!(out.len(), n_rows * q_width, "attention out shape");
     let out_ptr = SyncPtr::new(out);
     let group = p.n_heads / p.n_kv_heads;
-    // A GQA group's heads share one pass over their K/V rows. Only an f16 cache at a
-    // small batch (too few groups to keep every thread busy) goes one head per task:
-    // there the balance across threads is worth more than the shared reads.
-    let few_groups = n_rows * p.n_kv_heads < 4 * pool.n_threads();
-    let heads_per_task = if kv.dtype == KvDtype::F16 && few_groups {
-        1
+    let heads_per_task = if kv.dtype == KvDtype::F16 {
+        heads_per_task(n_rows, p.n_heads, group, pool.n_threads())
     } else {
         group
     };
@@ -117,6 +114,25 @@ pub fn paged_attention(
         };
         SCRATCH.with(|s| attend_group(kv, p, &task, o, &mut s.borrow_mut()));
     });
+}
+
+/// How many of a GQA group's heads one task takes: as many as keep the threads evenly
+/// loaded. The heads of one task share each pass over their K/V rows (a key converted
+/// from f16 once serves them all, which at batch 1 and a long context nearly halves
+/// attention's time), but a batch too small for whole groups to split evenly over the
+/// threads (SmolLM2's 3 groups on 2 threads) would leave a thread idle, so there the
+/// group is split: into the largest divisor of its heads that makes the task count a
+/// multiple of the threads, or at least four tasks a thread.
+fn heads_per_task(n_rows: usize, n_heads: usize, group: usize, n_threads: usize) -> usize {
+    let balanced = |h: usize| {
+        let tasks = n_rows * (n_heads / h);
+        tasks.is_multiple_of(n_threads) || tasks >= 4 * n_threads
+    };
+    (1..=group)
+        .rev()
+        .filter(|h| group.is_multiple_of(*h))
+        .find(|&h| balanced(h))
+        .unwrap_or(1)
 }
 
 /// Per-task inputs of [`attend_group`].
@@ -268,6 +284,22 @@ mod tests {
             got.push([b, base, lo, hi])
         });
         got
+    }
+
+    #[test]
+    fn tasks_take_whole_groups_when_the_threads_stay_even() {
+        use super::heads_per_task;
+        // Qwen2.5 (14 heads in 2 groups of 7), 2 threads: a group per task at any batch.
+        assert_eq!(heads_per_task(1, 14, 7, 2), 7);
+        assert_eq!(heads_per_task(3, 14, 7, 2), 7);
+        // SmolLM2 (9 heads in 3 groups of 3): 3 tasks can't split over 2 threads.
+        assert_eq!(heads_per_task(1, 9, 3, 2), 1);
+        assert_eq!(heads_per_task(2, 9, 3, 2), 3);
+        assert_eq!(heads_per_task(4, 9, 3, 4), 3, "12 tasks on 4 threads");
+        assert_eq!(heads_per_task(3, 9, 3, 4), 1, "9 group tasks on 4 threads: split");
+        // Gemma 3 270M (4 heads, 1 group): halves keep 2 threads busy.
+        assert_eq!(heads_per_task(1, 4, 4, 2), 2);
+        assert_eq!(heads_per_task(1, 4, 4, 3), 1);
     }
 
     #[test]

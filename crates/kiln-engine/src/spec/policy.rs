@@ -77,18 +77,44 @@ impl StepCosts {
     }
 
     /// Expected time of a step of `rows` rows; None before any smaller step was seen.
+    ///
+    /// Between two measured row counts it interpolates; past the largest it extends the
+    /// measured slope (per row, from the smallest to the largest measured count), or
+    /// [`PRIOR_ROW_COST`] of a step while only one count is known. A measured larger
+    /// step caps every smaller one, measured or not: a step never costs more for having
+    /// fewer rows, so one slow sample (a page fault, a busy core) can't leave a row
+    /// count looking dear for good when the policy would never pick it again to correct
+    /// the average.
     pub fn estimate(&self, rows: usize) -> Option<f64> {
         if rows == 0 || rows > MAX_TRACKED_ROWS {
             return None;
         }
-        if self.ns[rows] > 0.0 {
-            return Some(self.ns[rows]);
-        }
-        let below = (1..rows).rev().find(|&r| self.ns[r] > 0.0)?;
-        let guess = self.ns[below] * (1.0 + PRIOR_ROW_COST * (rows - below) as f64);
-        // A larger step already measured bounds it from above.
-        let above = (rows + 1..=MAX_TRACKED_ROWS).find(|&r| self.ns[r] > 0.0);
-        Some(above.map_or(guess, |r| guess.min(self.ns[r])))
+        let measured = |r: usize| self.ns[r] > 0.0;
+        let own = if measured(rows) {
+            self.ns[rows]
+        } else {
+            let below = (1..rows).rev().find(|&r| measured(r))?;
+            match (rows + 1..=MAX_TRACKED_ROWS).find(|&r| measured(r)) {
+                Some(above) => {
+                    let f = (rows - below) as f64 / (above - below) as f64;
+                    self.ns[below] + f * (self.ns[above] - self.ns[below])
+                }
+                None => {
+                    let first = (1..=below).find(|&r| measured(r)).unwrap_or(below);
+                    let slope = if below > first {
+                        ((self.ns[below] - self.ns[first]) / (below - first) as f64).max(0.0)
+                    } else {
+                        PRIOR_ROW_COST * self.ns[below]
+                    };
+                    self.ns[below] + slope * (rows - below) as f64
+                }
+            }
+        };
+        let cap = (rows + 1..=MAX_TRACKED_ROWS)
+            .filter(|&r| measured(r))
+            .map(|r| self.ns[r])
+            .fold(f64::INFINITY, f64::min);
+        Some(own.min(cap))
     }
 }
 
@@ -153,13 +179,20 @@ pub struct Candidate {
 
 /// Hands out draft lengths: `lens[i]` for `candidates[i]`, with `decode_rows` plain
 /// decode rows in the step (every decoding sequence, drafting or not).
+///
+/// Rows go to the position with the best odds, one at a time, up to the step's limit;
+/// the step keeps the prefix of that order with the most expected tokens per second.
+/// Not stopping at the first row that doesn't pay: step times rise in stairs (a new
+/// token tile, a second pass of a kernel), so a row that costs a stair can be followed
+/// by several nearly free ones.
 pub fn allot(costs: &StepCosts, decode_rows: usize, candidates: &[Candidate], lens: &mut [usize]) {
     lens.iter_mut().for_each(|l| *l = 0);
-    let Some(mut t) = costs.estimate(decode_rows) else {
+    let Some(t0) = costs.estimate(decode_rows) else {
         return;
     };
-    let mut rows = decode_rows;
+    let mut order = [0usize; MAX_STEP_DRAFT];
     let mut tokens = decode_rows as f64;
+    let (mut best_rate, mut best_len) = (tokens / t0, 0);
     let mut total = 0;
     // The next position of sequence `i` adds `rate^(lens[i] + 1)` expected tokens.
     let gain = |i: usize, len: usize| f64::from(candidates[i].rate).powi(len as i32 + 1);
@@ -168,19 +201,19 @@ pub fn allot(costs: &StepCosts, decode_rows: usize, candidates: &[Candidate], le
             .filter(|&i| lens[i] < candidates[i].max_len.min(MAX_DRAFT))
             .max_by(|&a, &b| gain(a, lens[a]).total_cmp(&gain(b, lens[b])));
         let Some(i) = best else { break };
-        let Some(t_next) = costs.estimate(rows + 1) else {
+        let Some(t) = costs.estimate(decode_rows + total + 1) else {
             break;
         };
-        let p = gain(i, lens[i]);
-        // One more row is worth it if tokens per unit time rise.
-        if (tokens + p) / t_next <= tokens / t {
-            break;
-        }
+        tokens += gain(i, lens[i]);
         lens[i] += 1;
+        order[total] = i;
         total += 1;
-        rows += 1;
-        tokens += p;
-        t = t_next;
+        if tokens / t > best_rate {
+            (best_rate, best_len) = (tokens / t, total);
+        }
+    }
+    for &i in &order[best_len..total] {
+        lens[i] -= 1;
     }
 }
 
@@ -273,17 +306,52 @@ mod tests {
     }
 
     #[test]
-    fn unmeasured_rows_are_guessed_from_below_and_capped_from_above() {
+    fn unmeasured_rows_are_interpolated_and_extended_along_the_slope() {
         let mut c = StepCosts::default();
         c.observe(1, 1000.0);
-        c.observe(10, 1100.0);
-        assert_eq!(c.estimate(2), Some(1050.0));
-        assert_eq!(
-            c.estimate(9),
-            Some(1100.0),
-            "capped by the measured 10-row step"
-        );
-        assert_eq!(c.estimate(11), Some(1155.0));
+        assert_eq!(c.estimate(3), Some(1100.0), "the prior while one count is known");
+        c.observe(10, 1900.0);
+        assert_eq!(c.estimate(2), Some(1100.0));
+        assert_eq!(c.estimate(9), Some(1800.0));
+        assert_eq!(c.estimate(12), Some(2100.0), "the measured slope, 100 a row");
+    }
+
+    #[test]
+    fn a_slow_sample_cannot_make_fewer_rows_dearer_than_more() {
+        let mut c = StepCosts::default();
+        c.observe(1, 1000.0);
+        c.observe(2, 1100.0);
+        c.observe(3, 5000.0); // one stall
+        c.observe(4, 1300.0);
+        assert_eq!(c.estimate(3), Some(1300.0));
+        let mut lens = [0];
+        let cand = [Candidate {
+            rate: 0.95,
+            max_len: 3,
+        }];
+        allot(&c, 1, &cand, &mut lens);
+        assert_eq!(lens, [3], "the stall doesn't stop the draft at one token");
+    }
+
+    #[test]
+    fn a_costly_stair_is_climbed_when_the_rows_past_it_pay() {
+        // Rows 2–4 share a tile; the 5th row starts another that costs 60% of a step,
+        // but rows 5–16 after it are nearly free.
+        let c = costs(|r| 1000.0 + 20.0 * r as f64 + if r >= 5 { 600.0 } else { 0.0 });
+        let mut lens = [0];
+        let cand = [Candidate {
+            rate: 0.99,
+            max_len: 16,
+        }];
+        allot(&c, 1, &cand, &mut lens);
+        assert_eq!(lens, [16]);
+        let mut lens = [0];
+        let cand = [Candidate {
+            rate: 0.5,
+            max_len: 16,
+        }];
+        allot(&c, 1, &cand, &mut lens);
+        assert!((1..=3).contains(&lens[0]), "{lens:?}: past the stair doesn't pay at 0.5");
     }
 
     #[test]
