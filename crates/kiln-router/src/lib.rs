@@ -20,6 +20,7 @@
 pub mod affinity;
 pub mod app;
 pub mod config;
+pub mod config_file;
 pub mod dashboard;
 pub mod discovery;
 pub mod error;
@@ -42,7 +43,8 @@ pub mod sse;
 pub mod state;
 
 pub use app::app;
-pub use config::{DnsSpec, FileConfig, NodeSpec, RouterConfig, Upstream};
+pub use config::{DnsSpec, NodeSpec, RouterConfig, Upstream};
+pub use config_file::FileConfig;
 pub use discovery::{Resolver, SystemResolver};
 pub use error::{ApiError, Error, Result};
 pub use serve::{run, serve};

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use kiln_router::config::{seconds, ByteSize};
+use kiln_router::config_file::{seconds, ByteSize};
 use kiln_router::{DnsSpec, FileConfig, NodeSpec, RouterConfig, Upstream};
 
 use super::GlobalArgs;
