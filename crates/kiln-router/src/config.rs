@@ -10,6 +10,7 @@ use std::time::Duration;
 use kiln_http::{ConnectionLimits, CorsPolicy};
 
 use crate::error::{Error, Result};
+use crate::rules::Rules;
 
 /// One node: its base URL and optional labels.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -241,6 +242,9 @@ pub struct RouterConfig {
     pub observe: kiln_observe::ObserverConfig,
     /// Edge classifications under this top-class confidence are re-run on the upstream.
     pub escalate_below: Option<f64>,
+    /// The routing rules at start; with a `config_file`, its `[[rules]]` replace them
+    /// whenever the file changes ([`crate::reload`]).
+    pub rules: Rules,
 }
 
 impl Default for RouterConfig {
@@ -273,6 +277,7 @@ impl Default for RouterConfig {
             data_dir: None,
             observe: kiln_observe::ObserverConfig::default(),
             escalate_below: None,
+            rules: Rules::default(),
         }
     }
 }
@@ -318,7 +323,7 @@ impl RouterConfig {
         if self.api_keys.iter().any(|k| k.trim().is_empty()) {
             return bad("api_keys", "keys must not be empty");
         }
-        Ok(())
+        self.rules.check_upstream(self.upstream.is_some())
     }
 
     /// The shard size of `model` (canonical name).

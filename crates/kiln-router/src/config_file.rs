@@ -1,5 +1,6 @@
 //! The router's TOML config file ([`FileConfig`]): every setting optional, the nodes
-//! in either form, the upstream and per-model settings.
+//! in either form, the upstream, per-model settings and the routing rules (checked
+//! into a [`Rules`] table by [`FileConfig::rules`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use serde::Deserialize;
 
 use crate::config::{DnsSpec, NodeSpec};
 use crate::error::{Error, Result};
+use crate::rules::{RuleEntry, Rules};
 
 /// A node in the file: `"URL@colo=X"` or `{ url, colo, name }`.
 #[derive(Debug, Clone, Deserialize)]
@@ -83,6 +85,8 @@ pub struct FileConfig {
     pub models: Option<BTreeMap<String, ModelEntry>>,
     /// Connection limits and CORS.
     pub http: Option<HttpSettings>,
+    /// Routing rules, first match wins (re-read while the router runs).
+    pub rules: Option<Vec<RuleEntry>>,
 }
 
 impl FileConfig {
@@ -116,6 +120,11 @@ impl FileConfig {
             .map(|d| DnsSpec::parse(d))
             .collect::<Result<_>>()?;
         Ok((nodes, dns))
+    }
+
+    /// The file's routing rules, checked (an empty table without `[[rules]]`).
+    pub fn rules(&self) -> Result<Rules> {
+        Rules::new(self.rules.as_deref().unwrap_or_default())
     }
 }
 
@@ -197,6 +206,30 @@ mod tests {
         assert_eq!(dns[0].port, 8000);
         let err = FileConfig::parse("replica = 3").expect_err("unknown key");
         assert!(err.contains("replica"), "{err}");
+        assert!(f.rules().expect("no rules").is_empty());
+    }
+
+    #[test]
+    fn rules_tables_are_read_and_checked() {
+        let text = r#"
+            [upstream]
+            url = "http://central:8000"
+            [[rules]]
+            name = "long-prompts"
+            min_prompt_tokens = 2000
+            route = "central"
+            "#;
+        let rules = FileConfig::parse(text)
+            .expect("parse")
+            .rules()
+            .expect("valid");
+        assert_eq!(rules.len(), 1);
+        let dup = format!("{text}\n[[rules]]\nname = \"long-prompts\"\nroute = \"edge\"");
+        let e = FileConfig::parse(&dup)
+            .expect("parse")
+            .rules()
+            .expect_err("duplicate");
+        assert!(e.to_string().contains("#2 `long-prompts`"), "{e}");
     }
 
     #[test]
