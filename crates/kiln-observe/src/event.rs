@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The fallback reason of a request a routing rule sent central.
+pub const RULE: &str = "rule";
+
 /// One request: where it ran, what it cost, and whether (and why) it left the edge.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Event {
@@ -36,13 +39,21 @@ pub struct Event {
     /// centrally).
     #[serde(default)]
     pub wasted_neurons: f64,
+    /// The routing rule that decided where it ran (by the router's config; its names
+    /// are bounded there), or `None` when no rule matched.
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// `edge` (a node answered) or `central` (the upstream); `None` when the router
+    /// answered itself.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 /// Why a request went to the upstream, from where, and what that cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FallbackInfo {
     /// `node_down`, `overloaded`, `model_absent`, `context_length`, `low_confidence`,
-    /// `rule`.
+    /// `rule` (a routing rule sent it central: policy, not a failure).
     pub reason: String,
     /// The colo first tried, if any node was.
     pub from: Option<String>,
@@ -51,6 +62,12 @@ pub struct FallbackInfo {
 }
 
 impl Event {
+    /// Whether it fell back to the upstream because the edge could not (or should not)
+    /// answer it; a routing rule's decision is not a fallback.
+    pub fn fell_back(&self) -> bool {
+        self.fallback.as_ref().is_some_and(|f| f.reason != RULE)
+    }
+
     pub fn is_error(&self) -> bool {
         self.status >= 400 || self.error.is_some()
     }

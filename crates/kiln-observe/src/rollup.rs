@@ -73,7 +73,9 @@ impl Rollup {
     pub fn add(&mut self, e: &Event) {
         self.requests += 1;
         self.errors += u64::from(e.is_error());
-        if let Some(f) = &e.fallback {
+        // A routing rule's trip central is policy, not a failure: it does not count
+        // toward the fallback rate (its event still says `rule`).
+        if let Some(f) = e.fallback.as_ref().filter(|_| e.fell_back()) {
             self.fallbacks += 1;
             self.fallback_added_ms += f.added_ms;
         }
@@ -154,6 +156,22 @@ mod tests {
             latency_ms: ms,
             ..Event::default()
         }
+    }
+
+    #[test]
+    fn a_routing_rule_s_trip_central_is_not_a_fallback() {
+        let central = |reason: &str| Event {
+            fallback: Some(crate::event::FallbackInfo {
+                reason: reason.into(),
+                from: None,
+                added_ms: 5.0,
+            }),
+            ..event(1.0)
+        };
+        let mut r = Rollup::new(0, "ams", "m");
+        r.add(&central(crate::event::RULE));
+        r.add(&central("node_down"));
+        assert_eq!((r.requests, r.fallbacks, r.fallback_added_ms), (2, 1, 5.0));
     }
 
     #[test]

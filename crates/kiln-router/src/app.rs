@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::affinity::session_key;
+use crate::by_rule;
 use crate::error::ApiError;
 use crate::metrics::NodeGauges;
 use crate::nodes::Health;
@@ -29,6 +30,7 @@ use crate::observe;
 use crate::pinned;
 use crate::placement::Resolved;
 use crate::proxy::{self, Inbound};
+use crate::rules::Route;
 use crate::state::RouterState;
 
 /// The whole HTTP API over `state`.
@@ -122,14 +124,19 @@ async fn forward(State(state): State<RouterState>, req: Request) -> Response {
     }
 }
 
-/// Routes by model, recording an inference event for what runs a model.
+/// Routes by model (or, for what runs a model, by the first routing rule it matches),
+/// recording an inference event for what runs a model.
 async fn route_observed(state: &RouterState, inbound: Inbound) -> Response {
     let Some(meta) = observe::Meta::of(state, &inbound) else {
         return proxy::route(state, inbound).await;
     };
-    let resp = proxy::route(state, inbound.clone()).await;
+    let decision = by_rule::decide(state, &inbound);
+    let resp = match &decision {
+        Some(d) if d.route == Route::Central => proxy::by_rule(state, &inbound, &d.rule).await,
+        _ => proxy::route(state, inbound.clone()).await,
+    };
     let resp = crate::escalate::maybe(state, &inbound, resp).await;
-    observe::track(state, meta, resp).await
+    observe::track(state, meta.with_rule(decision.map(|d| d.rule)), resp).await
 }
 
 /// `/ai/run/{model}`: by model, or, queued (`?queueRequest=true`), to the node that
@@ -301,8 +308,13 @@ async fn retrieve_model(
     }
 }
 
+/// The ring, and the routing rules in force.
 async fn nodes(State(state): State<RouterState>) -> Json<Value> {
-    Json(state.placement().view(Instant::now()))
+    let mut view = state.placement().view(Instant::now());
+    if let Some(o) = view.as_object_mut() {
+        o.insert("rules".into(), state.rules().view());
+    }
+    Json(view)
 }
 
 async fn health() -> Json<Value> {

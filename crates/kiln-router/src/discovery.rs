@@ -12,7 +12,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::config::{DnsSpec, FileConfig, NodeSpec, RouterConfig};
+use crate::config::{DnsSpec, NodeSpec, RouterConfig};
+use crate::config_file::FileConfig;
 
 /// Resolves a host name to addresses.
 pub trait Resolver: Send + Sync + 'static {

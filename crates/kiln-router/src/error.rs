@@ -27,6 +27,9 @@ pub enum Error {
     ConfigParse { path: PathBuf, message: String },
     #[error("invalid setting `{name}`: {reason}")]
     Setting { name: String, reason: String },
+    /// A routing rule (`#N \`name\``, 1-based) or the table as a whole.
+    #[error("invalid routing rule {rule}: {reason}")]
+    Rule { rule: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,

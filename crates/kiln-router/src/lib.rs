@@ -13,17 +13,26 @@
 //!    streams SSE through, ending a broken stream with an error event ([`proxy`],
 //!    [`sse`]); what no node can serve goes to the optional upstream.
 //!
-//! In the background, [`discovery`] keeps the node set (flags, config file, DNS) and
-//! [`health`] checks every node's health, load and catalogue. The router knows
-//! nothing about models' insides: it never links the engine.
+//! Before step 2, an inference request meets the routing rules ([`rules`], over the
+//! estimates of [`complexity`], applied by [`by_rule`]): a matching `central` rule sends
+//! it straight to the upstream.
+//!
+//! In the background, [`discovery`] keeps the node set (flags, config file, DNS),
+//! [`health`] checks every node's health, load and catalogue, and [`reload`] swaps in
+//! the config file's rules when it changes. The router knows nothing about models'
+//! insides: it never links the engine.
 
 pub mod affinity;
 pub mod app;
+pub mod by_rule;
+pub mod complexity;
 pub mod config;
+pub mod config_file;
 pub mod dashboard;
 pub mod discovery;
 pub mod error;
 pub mod escalate;
+pub mod fallback;
 pub mod hash;
 pub mod health;
 pub mod limits;
@@ -35,14 +44,17 @@ pub mod pinned;
 pub mod placement;
 pub mod prom;
 pub mod proxy;
+pub mod reload;
 pub mod ring;
+pub mod rules;
 pub mod select;
 pub mod serve;
 pub mod sse;
 pub mod state;
 
 pub use app::app;
-pub use config::{DnsSpec, FileConfig, NodeSpec, RouterConfig, Upstream};
+pub use config::{DnsSpec, NodeSpec, RouterConfig, Upstream};
+pub use config_file::FileConfig;
 pub use discovery::{Resolver, SystemResolver};
 pub use error::{ApiError, Error, Result};
 pub use serve::{run, serve};

@@ -1,6 +1,7 @@
 //! The router's Prometheus metrics (`kiln_router:` names): per node and per colo
 //! request counts, latency histograms, retries, ejections, stream errors, warm rate
-//! (from the nodes' `x-kiln-warm` header), affinity hit rate and fallbacks.
+//! (from the nodes' `x-kiln-warm` header), affinity hit rate, fallbacks, and the routing
+//! rules' decisions and reloads.
 //!
 //! A few atomics per series, like the server's registry; per-node series are kept by
 //! node id for the process's life, so a node that leaves and comes back keeps counting
@@ -11,6 +12,10 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Most `(rule, route)` series; past it (tables reloaded under ever new names), new
+/// rules are counted as `other`, so reloads cannot grow the series without end.
+const MAX_RULE_SERIES: usize = 512;
 
 /// Seconds; first byte spans queueing and prefill, so it reaches minutes.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -91,6 +96,14 @@ pub struct Metrics {
     fallbacks: Mutex<BTreeMap<&'static str, u64>>,
     pub affinity_requests: Counter,
     pub affinity_hits: Counter,
+    /// `(rule, route)` → requests the rule decided.
+    rule_requests: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Rules in the table in force.
+    pub rules: AtomicU64,
+    /// Rule tables read from a changed config file and put in force.
+    pub config_reloads: Counter,
+    /// Changed config files whose rules could not be read or checked (the old stay).
+    pub config_reload_errors: Counter,
 }
 
 /// A node's gauges at scrape time.
@@ -122,6 +135,18 @@ impl Metrics {
     pub fn fallback(&self, reason: &'static str) {
         let mut f = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
         *f.entry(reason).or_default() += 1;
+    }
+
+    /// Counts one request decided by rule `name` (`route`: `central` or `edge`).
+    pub fn rule_request(&self, name: &str, route: &'static str) {
+        let mut r = self.rule_requests.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (name.to_string(), route);
+        let key = if r.contains_key(&key) || r.len() < MAX_RULE_SERIES {
+            key
+        } else {
+            (kiln_observe::labels::OTHER.to_string(), route)
+        };
+        *r.entry(key).or_default() += 1;
     }
 
     /// Warm responses / responses that said, over every node.
@@ -229,6 +254,8 @@ impl Metrics {
             "context_length",
             "overloaded",
             "unavailable",
+            "low_confidence",
+            "rule",
         ] {
             let n = fallbacks.get(reason).copied().unwrap_or(0);
             let _ = writeln!(
@@ -236,7 +263,35 @@ impl Metrics {
                 "kiln_router:fallback_requests_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        header(
+            &mut out,
+            "kiln_router:rule_requests_total",
+            "Inference requests a routing rule decided, by rule and route.",
+            "counter",
+        );
+        let rules = self
+            .rule_requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default();
+        for ((rule, route), n) in &rules {
+            let _ = writeln!(
+                out,
+                "kiln_router:rule_requests_total{{rule=\"{}\",route=\"{route}\"}} {n}",
+                escape(rule)
+            );
+        }
         for (name, help, value) in [
+            (
+                "kiln_router:config_reloads_total",
+                "Routing rule tables read from a changed config file and put in force.",
+                self.config_reloads.get(),
+            ),
+            (
+                "kiln_router:config_reload_errors_total",
+                "Changed config files whose rules were refused (the rules in force stay).",
+                self.config_reload_errors.get(),
+            ),
             (
                 "kiln_router:affinity_requests_total",
                 "Requests that carried a session key (x-session-affinity or `user`).",
@@ -272,6 +327,13 @@ impl Metrics {
             header(&mut out, name, help, "gauge");
             let _ = writeln!(out, "{name} {value}");
         }
+        header(
+            &mut out,
+            "kiln_router:rules",
+            "Routing rules in force.",
+            "gauge",
+        );
+        let _ = writeln!(out, "kiln_router:rules {}", self.rules.load(Relaxed));
         for (name, help, f) in [
             (
                 "kiln_router:node_up",
@@ -344,6 +406,8 @@ mod tests {
         m.fallback("overloaded");
         m.affinity_requests.inc();
         m.affinity_hits.inc();
+        m.rule_request("long-prompts", "central");
+        m.config_reload_errors.inc();
         let text = m.render(
             &[NodeGauges {
                 id: "a",
@@ -363,12 +427,29 @@ mod tests {
             "kiln_router:fallback_requests_total{reason=\"overloaded\"} 1",
             "kiln_router:fallback_requests_total{reason=\"unknown_model\"} 0",
             "kiln_router:affinity_hit_rate 1",
+            "kiln_router:fallback_requests_total{reason=\"rule\"} 0",
+            "kiln_router:rule_requests_total{rule=\"long-prompts\",route=\"central\"} 1",
+            "kiln_router:config_reload_errors_total 1",
+            "kiln_router:config_reloads_total 0",
             "kiln_router:node_in_flight{node=\"a\",colo=\"ams\"} 2",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
         let warm = m.warm_rate().expect("rate");
         assert!((warm - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rule_series_are_bounded() {
+        let m = Metrics::default();
+        for i in 0..MAX_RULE_SERIES + 5 {
+            m.rule_request(&format!("r{i}"), "edge");
+        }
+        m.rule_request("r0", "edge");
+        let r = m.rule_requests.lock().expect("lock");
+        assert_eq!(r.len(), MAX_RULE_SERIES + 1);
+        assert_eq!(r[&("other".to_string(), "edge")], 5);
+        assert_eq!(r[&("r0".to_string(), "edge")], 2);
     }
 
     #[test]

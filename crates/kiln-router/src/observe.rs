@@ -1,8 +1,9 @@
 //! One inference event per request routed by model: what the response's headers say
 //! (the node, its colo, a cold start, neurons, a classifier's confidence), what the
-//! proxy noted (a fallback, why, from where, what it added), and what the body says
-//! (tokens, an error). A response read whole is recorded at once; a stream when its
-//! body ends or the client leaves.
+//! proxy noted (a fallback, why, from where, what it added), the routing rule that
+//! decided it and the tier that answered, and what the body says (tokens, an error). A
+//! response read whole is recorded at once; a stream when its body ends or the client
+//! leaves.
 
 use std::time::Instant;
 
@@ -18,8 +19,9 @@ use kiln_observe::{Event, FallbackInfo, Observer};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::fallback::{Fallback, RouteNote};
 use crate::placement::Resolved;
-use crate::proxy::{Fallback, Inbound, RouteNote, NODE_HEADER};
+use crate::proxy::{Inbound, NODE_HEADER};
 use crate::state::RouterState;
 
 /// Bodies read for their usage at most this large (larger ones are recorded without).
@@ -31,6 +33,8 @@ pub struct Meta {
     time_ms: u64,
     model: String,
     task: &'static str,
+    /// The routing rule that decided the route, if one matched.
+    rule: Option<String>,
 }
 
 impl Meta {
@@ -56,7 +60,13 @@ impl Meta {
             time_ms,
             model,
             task,
+            rule: None,
         })
+    }
+
+    /// The same, decided by routing rule `rule`.
+    pub fn with_rule(self, rule: Option<String>) -> Meta {
+        Meta { rule, ..self }
     }
 }
 
@@ -68,6 +78,7 @@ pub fn reason(f: Fallback) -> &'static str {
         Fallback::Overloaded => "overloaded",
         Fallback::Unavailable => "node_down",
         Fallback::LowConfidence => "low_confidence",
+        Fallback::Rule => "rule",
     }
 }
 
@@ -97,6 +108,12 @@ pub async fn track(state: &RouterState, meta: Meta, resp: Response) -> Response 
         (t, _) => t,
     };
     let note = resp.extensions().get::<RouteNote>().cloned();
+    // The router's own answers (no node, shutting down) ran on neither tier.
+    let tier = match node.as_str() {
+        "router" => None,
+        "upstream" => Some("central".to_string()),
+        _ => Some("edge".to_string()),
+    };
     let event = Event {
         time_ms: meta.time_ms,
         colo,
@@ -115,6 +132,8 @@ pub async fn track(state: &RouterState, meta: Meta, resp: Response) -> Response 
             from: n.from,
             added_ms: n.added.as_secs_f64() * 1000.0,
         }),
+        rule: meta.rule,
+        tier,
         ..Event::default()
     };
     let observer = state.observer().clone();

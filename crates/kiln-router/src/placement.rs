@@ -40,6 +40,8 @@ pub struct Placement {
     pub models: BTreeMap<String, ModelPlace>,
     /// Lower-cased id or alias → canonical id.
     names: HashMap<String, String>,
+    /// Canonical id → the catalogue task its card gives (the first node's to list it).
+    tasks: HashMap<String, String>,
     pub default_model: Option<String>,
     pub capacity: usize,
     load_factor: f64,
@@ -55,11 +57,17 @@ impl Placement {
         nodes.dedup_by(|a, b| a.id == b.id);
         let catalogues: Vec<_> = nodes.iter().map(|n| n.catalogue()).collect();
         let mut names = HashMap::new();
+        let mut tasks = HashMap::new();
         let mut ids: Vec<String> = Vec::new();
         for cards in catalogues.iter().flatten() {
             for m in cards.iter() {
                 if !ids.contains(&m.id) {
                     ids.push(m.id.clone());
+                }
+                if let Some(task) = m.card.get("task").and_then(Value::as_str) {
+                    tasks
+                        .entry(m.id.clone())
+                        .or_insert_with(|| task.to_string());
                 }
                 names
                     .entry(m.id.to_lowercase())
@@ -108,6 +116,7 @@ impl Placement {
             nodes,
             models,
             names,
+            tasks,
             default_model: None,
             capacity: a.capacity,
             load_factor: config.load_factor,
@@ -153,6 +162,11 @@ impl Placement {
                 || Resolved::Unknown(name.to_string()),
                 |id| Resolved::Known(id.clone()),
             )
+    }
+
+    /// The catalogue task (`text-generation`, ...) of `model` (canonical id).
+    pub fn task_of(&self, model: &str) -> Option<&str> {
+        self.tasks.get(model).map(String::as_str)
     }
 
     /// Comma-separated model ids, for "does not exist" messages.
@@ -254,7 +268,8 @@ mod tests {
         let catalogue = models
             .iter()
             .map(|(id, aliases)| {
-                CatalogueModel::from_card(&json!({"id": id, "aliases": aliases, "ready": false}))
+                let card = json!({"id": id, "aliases": aliases, "ready": false, "task": "text-generation"});
+                CatalogueModel::from_card(&card)
                     .expect("card")
             })
             .collect();
@@ -277,6 +292,8 @@ mod tests {
         );
         let b = node("b", &[("gemma3-270m", &["gemma3"])]);
         let p = Placement::build(vec![b, a], &RouterConfig::default());
+        assert_eq!(p.task_of("gemma3-270m"), Some("text-generation"));
+        assert_eq!(p.task_of("gpt-4o"), None);
         assert_eq!(p.nodes[0].id, "a");
         let known = |s: &str| Resolved::Known(s.to_string());
         assert_eq!(

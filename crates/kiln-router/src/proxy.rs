@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::fallback::{Fallback, RouteNote};
 use crate::metrics::NodeMetrics;
 use crate::nodes::Node;
 use crate::placement::Resolved;
@@ -47,33 +48,6 @@ pub struct Inbound {
     /// The session key (`x-session-affinity` or `user`).
     pub session: Option<String>,
     pub received: Instant,
-}
-
-/// Why a request went to the upstream (the `reason` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fallback {
-    /// No node lists the model.
-    UnknownModel,
-    /// A node said the prompt is over its context length.
-    ContextLength,
-    /// Every shard node answered 429 (or is resting after one).
-    Overloaded,
-    /// No node could be reached.
-    Unavailable,
-    /// An edge classification under the confidence threshold, re-run centrally.
-    LowConfidence,
-}
-
-impl Fallback {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::UnknownModel => "unknown_model",
-            Fallback::ContextLength => "context_length",
-            Fallback::Overloaded => "overloaded",
-            Fallback::Unavailable => "unavailable",
-            Fallback::LowConfidence => "low_confidence",
-        }
-    }
 }
 
 /// A response read whole.
@@ -212,6 +186,20 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
     fallback_or(state, &req, Fallback::Unavailable, from, resp).await
 }
 
+/// Sends `req` to the upstream because routing rule `rule` says so, without trying a
+/// node. Tables with a `central` rule are refused without an upstream, so one is there.
+pub async fn by_rule(state: &RouterState, req: &Inbound, rule: &str) -> Response {
+    if state.is_shutting_down() {
+        return ApiError::ShuttingDown.into_response();
+    }
+    tracing::debug!(rule, path = %req.path, "routed central by rule");
+    let err = || ApiError::NoNode {
+        model: req.model.clone().unwrap_or_else(|| "(default)".into()),
+        detail: format!("rule `{rule}` routes it central, but there is no upstream"),
+    };
+    fallback_or(state, req, Fallback::Rule, None, || err().into_response()).await
+}
+
 /// A node's response that goes back to the client: count it.
 pub(crate) fn served(state: &RouterState, node: &Node, r: Buffered) -> Response {
     count_served(state, node);
@@ -263,19 +251,6 @@ pub async fn escalate(
     let mut resp = to_upstream(state, req, Fallback::LowConfidence, upstream).await;
     resp.extensions_mut().insert(note);
     Some(resp)
-}
-
-/// What the proxy tells the events about a request it sent central (a response
-/// extension; never sent to the client).
-#[derive(Debug, Clone)]
-pub struct RouteNote {
-    pub fallback: Fallback,
-    /// The colo of the first node tried, if any was.
-    pub from: Option<String>,
-    /// Time spent at the edge before going central.
-    pub added: Duration,
-    /// Neurons the edge spent on an answer that was not used.
-    pub wasted_neurons: f64,
 }
 
 async fn to_upstream(

@@ -1,6 +1,7 @@
 //! Running the router: find the nodes and check them once (so the first requests find
-//! a placement), then serve, with discovery and health checks in the background, until
-//! the shutdown future completes; in-flight requests get `shutdown_timeout` to finish.
+//! a placement), then serve, with discovery, health checks and the config file's rule
+//! reloads in the background, until the shutdown future completes; in-flight requests
+//! get `shutdown_timeout` to finish.
 
 use std::future::Future;
 
@@ -12,6 +13,7 @@ use crate::config::RouterConfig;
 use crate::discovery::{Discovery, Resolver, SystemResolver};
 use crate::error::{Error, Result};
 use crate::health;
+use crate::reload;
 use crate::state::RouterState;
 
 /// Binds `config.addr` and routes until `shutdown` completes.
@@ -64,6 +66,11 @@ pub async fn serve<R: Resolver>(
         })
     };
     let checking = tokio::spawn(health::run(state.clone(), stop_rx.clone()));
+    let reloading = state
+        .config()
+        .config_file
+        .clone()
+        .map(|path| tokio::spawn(reload::run(state.clone(), path, stop_rx.clone())));
 
     let addr = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(
@@ -103,6 +110,9 @@ pub async fn serve<R: Resolver>(
     let _ = stop_tx.send(true);
     let _ = discovering.await;
     let _ = checking.await;
+    if let Some(r) = reloading {
+        let _ = r.await;
+    }
     if let Err(e) = state.observer().flush() {
         tracing::warn!("cannot write the last inference events: {e}");
     }

@@ -1,5 +1,5 @@
-//! The router's shared state: settings, the HTTP client to nodes, the placement in
-//! force, and the metrics.
+//! The router's shared state: settings, the HTTP client to nodes, the placement and
+//! the routing rules in force, and the metrics.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,6 +10,7 @@ use crate::metrics::Metrics;
 use crate::nodes::Node;
 use crate::placement::Placement;
 use crate::ring::moved_share;
+use crate::rules::Rules;
 
 /// Cheap to clone; one per router.
 #[derive(Clone)]
@@ -19,6 +20,8 @@ struct Inner {
     config: RouterConfig,
     client: reqwest::Client,
     placement: RwLock<Arc<Placement>>,
+    /// Swapped whole when the config file's rules change; requests read a snapshot.
+    rules: RwLock<Arc<Rules>>,
     /// Held while a new placement is computed from the current one, so a membership
     /// change and a catalogue change at the same moment cannot undo each other.
     updating: Mutex<()>,
@@ -51,15 +54,20 @@ impl RouterState {
             Some(dir) => kiln_observe::Observer::open(dir, config.observe.clone())?,
             None => kiln_observe::Observer::in_memory(config.observe.clone()),
         };
+        let metrics = Metrics::default();
+        metrics
+            .rules
+            .store(config.rules.len() as u64, Ordering::Relaxed);
         Ok(Self(Arc::new(Inner {
             observer,
             dashboard: Default::default(),
             limiter,
+            rules: RwLock::new(Arc::new(config.rules.clone())),
             config,
             client,
             placement: RwLock::new(Arc::new(Placement::default())),
             updating: Mutex::new(()),
-            metrics: Metrics::default(),
+            metrics,
             shutting_down: AtomicBool::new(false),
         })))
     }
@@ -95,6 +103,24 @@ impl RouterState {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The routing rules in force (a snapshot; a reload does not affect it).
+    pub fn rules(&self) -> Arc<Rules> {
+        self.0
+            .rules
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Puts `rules` in force for the requests that arrive from now on.
+    pub fn set_rules(&self, rules: Rules) {
+        self.metrics()
+            .rules
+            .store(rules.len() as u64, Ordering::Relaxed);
+        let rules = Arc::new(rules);
+        *self.0.rules.write().unwrap_or_else(|p| p.into_inner()) = rules;
     }
 
     /// Sets the membership: nodes still present keep their state (health, load,

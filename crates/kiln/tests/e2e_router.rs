@@ -14,7 +14,9 @@
 //! - nodes name their colo, and the router keeps inference events, rollups and alerts
 //!   per colo across a restart; the shipped Grafana dashboard and alert rules query
 //!   only exported metrics; the `/dashboard` renders every panel in headless Chromium;
-//! - low-confidence edge classifications are re-run centrally (`--escalate-below`).
+//! - low-confidence edge classifications are re-run centrally (`--escalate-below`);
+//! - the config file's routing rules send long prompts central and short ones to the
+//!   edge, and a rewritten file takes effect without a restart (a bad one is refused).
 
 #[path = "e2e_router/browser.rs"]
 mod browser;
@@ -39,6 +41,8 @@ mod placement;
 #[path = "support/python.rs"]
 #[allow(dead_code)]
 mod python;
+#[path = "e2e_router/rules.rs"]
+mod rules;
 #[path = "e2e_router/stateful.rs"]
 mod stateful;
 #[path = "e2e_router/warm.rs"]

@@ -4,7 +4,8 @@
 //! Nodes come from `--node` (repeatable), `--dns NAME:PORT` (every address the name
 //! resolves to, re-resolved every `--discovery-interval`), and the `nodes` / `dns`
 //! lists of the `--config` file, which is re-read at the same interval. Flags override
-//! the file, which overrides defaults.
+//! the file, which overrides defaults. The file's `[[rules]]` (routing by rule, first
+//! match wins) are re-read every second and swapped in whole when they change.
 //!
 //! ```toml
 //! host = "0.0.0.0"
@@ -21,6 +22,10 @@
 //! api_key = "sk-..."
 //! [models."qwen2.5-coder-0.5b-instruct"]
 //! replicas = 3
+//! [[rules]]
+//! name = "long-prompts"
+//! min_prompt_tokens = 2000
+//! route = "central"
 //! ```
 
 use std::net::ToSocketAddrs;
@@ -28,7 +33,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use kiln_router::config::{seconds, ByteSize};
+use kiln_router::config_file::{seconds, ByteSize};
 use kiln_router::{DnsSpec, FileConfig, NodeSpec, RouterConfig, Upstream};
 
 use super::GlobalArgs;
@@ -48,7 +53,7 @@ pub struct Args {
     port: Option<u16>,
 
     /// TOML file with any of these settings; its `nodes` and `dns` are re-read every
-    /// --discovery-interval
+    /// --discovery-interval, its routing `[[rules]]` every second
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
 
@@ -217,6 +222,10 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
     // The file's own nodes are read (and re-read) by discovery; check them now so a
     // typo fails at start rather than in a log line.
     file.membership()?;
+    let rules = file.rules().with_context(|| match &args.config {
+        Some(p) => format!("in {}", p.display()),
+        None => "in the config file".into(),
+    })?;
     let (limits, cors) = args.http.over(file.http.clone())?;
 
     let mut model_replicas: std::collections::BTreeMap<String, usize> = file
@@ -255,6 +264,7 @@ fn settings(args: Args) -> anyhow::Result<RouterConfig> {
         );
     }
     let config = RouterConfig {
+        rules,
         escalate_below,
         data_dir: args.data_dir.or(file.data_dir.clone()),
         addr,
