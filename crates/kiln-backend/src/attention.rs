@@ -296,7 +296,11 @@ mod tests {
         assert_eq!(heads_per_task(1, 9, 3, 2), 1);
         assert_eq!(heads_per_task(2, 9, 3, 2), 3);
         assert_eq!(heads_per_task(4, 9, 3, 4), 3, "12 tasks on 4 threads");
-        assert_eq!(heads_per_task(3, 9, 3, 4), 1, "9 group tasks on 4 threads: split");
+        assert_eq!(
+            heads_per_task(3, 9, 3, 4),
+            1,
+            "9 group tasks on 4 threads: split"
+        );
         // Gemma 3 270M (4 heads, 1 group): halves keep 2 threads busy.
         assert_eq!(heads_per_task(1, 4, 4, 2), 2);
         assert_eq!(heads_per_task(1, 4, 4, 3), 1);

@@ -9,11 +9,12 @@
 //! - the forward time of steps by their row count ([`StepCosts`]), kept for decode-only
 //!   steps, on this machine, model and context.
 //!
-//! Rows are handed out greedily to the position with the best odds while one more row
-//! raises the step's expected tokens per second. At batch 1, where the weights' bandwidth
-//! bounds the step, a row costs a few percent, so likely drafts run long; with many
-//! sequences, where the step is compute-bound, a row costs as much as the tokens it would
-//! add and nothing is drafted. That is the "never costs under load" rule, by arithmetic.
+//! Rows are handed out one at a time to the position with the best odds, and the step
+//! keeps the prefix of that order with the most expected tokens per second. At batch 1,
+//! where the weights' bandwidth bounds the step, a row costs a fraction of a step, so
+//! likely drafts run long; with many sequences, where the step is compute-bound, a row
+//! costs as much as the tokens it would add and nothing is drafted. That is the "never
+//! costs under load" rule, by arithmetic.
 
 /// Most draft tokens for one sequence in one step.
 pub const MAX_DRAFT: usize = 32;
@@ -309,11 +310,19 @@ mod tests {
     fn unmeasured_rows_are_interpolated_and_extended_along_the_slope() {
         let mut c = StepCosts::default();
         c.observe(1, 1000.0);
-        assert_eq!(c.estimate(3), Some(1100.0), "the prior while one count is known");
+        assert_eq!(
+            c.estimate(3),
+            Some(1100.0),
+            "the prior while one count is known"
+        );
         c.observe(10, 1900.0);
         assert_eq!(c.estimate(2), Some(1100.0));
         assert_eq!(c.estimate(9), Some(1800.0));
-        assert_eq!(c.estimate(12), Some(2100.0), "the measured slope, 100 a row");
+        assert_eq!(
+            c.estimate(12),
+            Some(2100.0),
+            "the measured slope, 100 a row"
+        );
     }
 
     #[test]
@@ -351,7 +360,10 @@ mod tests {
             max_len: 16,
         }];
         allot(&c, 1, &cand, &mut lens);
-        assert!((1..=3).contains(&lens[0]), "{lens:?}: past the stair doesn't pay at 0.5");
+        assert!(
+            (1..=3).contains(&lens[0]),
+            "{lens:?}: past the stair doesn't pay at 0.5"
+        );
     }
 
     #[test]
