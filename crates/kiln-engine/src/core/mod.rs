@@ -136,7 +136,8 @@ impl<B: Backend> EngineCore<B> {
             seqs_of: HashMap::new(),
             next_seq_id: 0,
             eos_ids,
-            finished: Vec::new(),
+            // Sized for every sequence: a step that finishes one must not allocate.
+            finished: Vec::with_capacity(config.max_num_seqs),
             banned: Vec::new(),
             non_finite_logged: false,
             stats,
