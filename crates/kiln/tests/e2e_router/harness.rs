@@ -134,6 +134,16 @@ impl Router {
         get_json(&format!("{}/nodes", self.url())).await
     }
 
+    /// The inference events the router keeps (up to 1,000, newest last).
+    pub async fn events(&self) -> Vec<Value> {
+        let v = get_json(&format!(
+            "{}/v1/observability/events?limit=1000",
+            self.url()
+        ))
+        .await;
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+
     pub async fn metrics(&self) -> String {
         client()
             .get(format!("{}/metrics", self.url()))

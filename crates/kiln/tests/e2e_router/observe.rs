@@ -33,15 +33,6 @@ fn completion(prompt: &str) -> Value {
     json!({"model": SMOLLM2, "prompt": prompt, "max_tokens": 3})
 }
 
-async fn events(router: &Router) -> Vec<Value> {
-    let v = get_json(&format!(
-        "{}/v1/observability/events?limit=1000",
-        router.url()
-    ))
-    .await;
-    v["data"].as_array().cloned().unwrap_or_default()
-}
-
 #[test]
 fn colos_events_rollups_alerts_and_a_restart() {
     serially(async {
@@ -132,7 +123,7 @@ fn colos_events_rollups_alerts_and_a_restart() {
             .await;
             assert_eq!(r.status, 200, "{:?}", r.events);
         }
-        let seen = events(&router).await;
+        let seen = router.events().await;
         assert_eq!(seen.len(), 9, "{seen:#?}");
         for e in &seen {
             assert!(
@@ -198,7 +189,7 @@ fn colos_events_rollups_alerts_and_a_restart() {
                 r.events
             );
         }
-        let seen = events(&router).await;
+        let seen = router.events().await;
         let fell: Vec<&Value> = seen.iter().filter(|e| !e["fallback"].is_null()).collect();
         assert_eq!(fell.len(), 4, "{seen:#?}");
         for e in &fell {
@@ -265,11 +256,11 @@ fn colos_events_rollups_alerts_and_a_restart() {
 
         // Killed (no clean shutdown) a second after the last request, the router comes
         // back with every event and rollup it had.
-        let before = events(&router).await;
+        let before = router.events().await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         drop(router);
         let router = Router::start(&args).await;
-        let after = events(&router).await;
+        let after = router.events().await;
         assert_eq!(after, before);
         let rollups = get_json(&format!(
             "{}/v1/observability/rollups?minutes=10",

@@ -25,15 +25,6 @@ fn write_config(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).expect("rename config");
 }
 
-async fn events(router: &Router) -> Vec<Value> {
-    let v = get_json(&format!(
-        "{}/v1/observability/events?limit=1000",
-        router.url()
-    ))
-    .await;
-    v["data"].as_array().cloned().unwrap_or_default()
-}
-
 /// The names of the rules in force, from `/nodes`.
 async fn rules_in_force(router: &Router) -> Vec<String> {
     let nodes = router.nodes().await;
@@ -60,10 +51,10 @@ async fn ask(router: &Router, prompt: &str, chat: bool) -> (String, Value) {
             json!({"model": SMOLLM2, "prompt": prompt, "max_tokens": 2}),
         )
     };
-    let before = events(router).await.len();
+    let before = router.events().await.len();
     let r = post(&format!("{}{path}", router.url()), &body, &[], |_, _| {}).await;
     assert_eq!(r.status, 200, "{:?}", r.events);
-    let after = events(router).await;
+    let after = router.events().await;
     assert_eq!(after.len(), before + 1, "one event per request: {after:#?}");
     (r.node, after[before].clone())
 }
