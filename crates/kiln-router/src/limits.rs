@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
 use serde_json::Value;
 
+use crate::complexity;
 use crate::error::ApiError;
 use crate::state::RouterState;
 
@@ -27,15 +28,14 @@ fn client_key(req: &Request) -> String {
         )
 }
 
-/// Tokens a request may use: its text at four characters a token, plus its output cap.
+/// Tokens a request may use: its whole body at the estimator's bytes a token, plus its
+/// output cap (read as the routing rules read it).
 pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
-    let cap = serde_json::from_slice::<Value>(body).ok().map_or(0, |v| {
-        ["max_completion_tokens", "max_tokens", "max_output_tokens"]
-            .iter()
-            .find_map(|f| v.get(*f).and_then(Value::as_u64))
-            .unwrap_or(0)
-    });
-    (body.len() as u64).div_ceil(4) + cap
+    let cap = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| complexity::max_tokens(&v))
+        .unwrap_or(0);
+    (body.len() as u64).div_ceil(complexity::BYTES_PER_TOKEN) + cap
 }
 
 pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next) -> Response {
