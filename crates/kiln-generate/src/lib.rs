@@ -37,6 +37,7 @@ mod rounds;
 pub mod sampling;
 pub mod structured;
 pub mod tokenize;
+pub mod workers_ai;
 
 pub use call::{Call, RequestClass, Warmth};
 pub use chat::{ChatInput, ChatRequest, ChatStream};

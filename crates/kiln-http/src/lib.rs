@@ -1,15 +1,18 @@
 //! HTTP pieces that `kiln serve` and `kiln route` share, so a client cannot tell which
 //! of the two answered and both hold up the same way under slow or hostile clients: the
 //! accept loop with its connection limits ([`listen`]), the body deadline
-//! ([`deadline`]), the CORS policy ([`CorsPolicy`]), and how an error becomes OpenAI's JSON
-//! error response.
+//! ([`deadline`]), the CORS policy ([`CorsPolicy`]), the failures of the exchange itself
+//! ([`TransportError`]), and how an error becomes OpenAI's JSON error response.
 
+mod bearer;
 mod cors;
 pub mod deadline;
 mod error;
 pub mod listen;
 mod settings;
+mod transport;
 
+pub use bearer::{bearer, find_key, ApiKey};
 pub use cors::{BadOrigin, CorsPolicy};
 pub use deadline::{body_deadline, is_body_timeout, BodyTimeout};
 pub use error::{
@@ -17,3 +20,4 @@ pub use error::{
 };
 pub use listen::{serve, ConnectionLimits, LimitError};
 pub use settings::HttpSettings;
+pub use transport::{method_not_allowed, route_not_found, TransportError};

@@ -4,7 +4,61 @@
 //! renders a user turn, and the earlier turns (and their cached prefix) stay as they
 //! were.
 
+use kiln_api::chat::{ChatCompletionRequest, ContentPart, MessageContent, Role};
+use kiln_api::Caller;
+use serde_json::{json, Value};
+
 use crate::search::Hit;
+use crate::{FileSearchTool, Result, VectorStores};
+
+/// Chat completions' server-side `file_search` tool: searches `tool`'s stores with
+/// `req`'s last user message and puts the passages found before it. Returns the
+/// `file_citation` annotations the answer carries (none when nothing matched or there
+/// is no user message to search with).
+pub async fn ground_chat(
+    stores: &VectorStores,
+    caller: &Caller,
+    tool: &FileSearchTool,
+    req: &mut ChatCompletionRequest,
+) -> Result<Vec<Value>> {
+    let Some((at, question)) = req
+        .messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| (m.role == Role::User).then(|| (i, text_of(m.content.as_ref()))))
+    else {
+        return Ok(Vec::new());
+    };
+    if question.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let hits = stores
+        .search(caller, &tool.store_ids, &tool.search_for(&question))
+        .await?;
+    req.messages[at].content = Some(MessageContent::Text(with_sources(&question, &hits)));
+    Ok(cited_files(&hits)
+        .into_iter()
+        .map(|(file_id, filename)| {
+            json!({"type": "file_citation", "file_citation": {"file_id": file_id, "filename": filename}})
+        })
+        .collect())
+}
+
+fn text_of(content: Option<&MessageContent>) -> String {
+    match content {
+        Some(MessageContent::Text(t)) => t.clone(),
+        Some(MessageContent::Parts(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => String::new(),
+    }
+}
 
 /// `question` preceded by the numbered `hits`, as the model reads it. With no hits the
 /// model is told so, rather than left to guess.

@@ -5,11 +5,11 @@
 //! key when the router has keys; `/health`, `/ready`, `/metrics` and the `/dashboard`
 //! page are always open (its data stream takes the key as `?key=`).
 
+use kiln_http::TransportError;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use axum::extract::{Path, Request, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
@@ -53,8 +53,8 @@ pub fn app(state: RouterState) -> Router {
     );
     let app = api
         .merge(ops)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(kiln_http::route_not_found)
+        .method_not_allowed_fallback(kiln_http::method_not_allowed)
         .layer(from_fn(move |req, next| body_deadline(timeout, req, next)))
         .with_state(state);
     cors.apply(app)
@@ -249,7 +249,7 @@ pub(crate) async fn read_body(
         // The router keeps no files: an upload passes under the default.
         Some(BodyLimit::Upload | BodyLimit::Default) | None => default,
     };
-    let too_large = ApiError::PayloadTooLarge { limit };
+    let too_large = ApiError::from(TransportError::PayloadTooLarge { limit });
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -264,9 +264,10 @@ pub(crate) async fn read_body(
         {
             too_large
         } else if kiln_http::is_body_timeout(&*e) {
-            ApiError::BodyTimeout {
+            TransportError::BodyTimeout {
                 limit_s: state.config().limits.body_timeout.as_secs(),
             }
+            .into()
         } else {
             ApiError::BadBody(e.to_string())
         }
@@ -388,32 +389,12 @@ async fn require_api_key(State(state): State<RouterState>, req: Request, next: N
     if keys.is_empty() {
         return next.run(req).await;
     }
-    let token = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match token {
-        None => ApiError::Unauthorized(
+    match kiln_http::bearer(req.headers()) {
+        None => TransportError::Unauthorized(
             "missing API key: send it as `Authorization: Bearer <key>`".into(),
         )
         .into_response(),
-        Some(t) if keys.iter().any(|k| k == t) => next.run(req).await,
-        Some(_) => ApiError::Unauthorized("invalid API key".into()).into_response(),
-    }
-}
-
-async fn not_found(req: Request) -> ApiError {
-    ApiError::RouteNotFound {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
-    }
-}
-
-async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::MethodNotAllowed {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
+        Some(t) if kiln_http::find_key(keys, |k| k, t).is_some() => next.run(req).await,
+        Some(_) => TransportError::Unauthorized("invalid API key".into()).into_response(),
     }
 }

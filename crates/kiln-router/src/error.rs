@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use axum::response::{IntoResponse, Response};
-use kiln_http::{ClassifiedError, ErrorKind};
+use kiln_http::{ClassifiedError, ErrorKind, TransportError};
 
 /// What keeps the router from starting.
 #[derive(Debug, thiserror::Error)]
@@ -53,18 +53,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum ApiError {
     #[error("the model `{model}` does not exist; served models: {served}")]
     ModelNotFound { model: String, served: String },
-    #[error("no route for {method} {path}")]
-    RouteNotFound { method: String, path: String },
-    #[error("method {method} is not allowed on {path}")]
-    MethodNotAllowed { method: String, path: String },
-    #[error("{0}")]
-    Unauthorized(String),
-    #[error("the request body is over the limit of {limit} bytes")]
-    PayloadTooLarge { limit: usize },
     #[error("cannot read the request body: {0}")]
     BadBody(String),
-    #[error("the request body did not arrive within {limit_s} s")]
-    BodyTimeout { limit_s: u64 },
     #[error("every node serving model `{model}` is busy; retry later")]
     AllBusy { model: String },
     #[error("no node can serve model `{model}` now: {detail}")]
@@ -78,61 +68,40 @@ pub enum ApiError {
     },
     #[error("the fallback upstream failed: {0}")]
     Upstream(String),
+    /// The exchange itself failed (route, key, body, rate limit, shutdown).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
     /// A query parameter out of its documented range.
     #[error("{message}")]
     BadRequest {
         param: &'static str,
         message: String,
     },
-    #[error("internal error: {0}")]
-    Internal(String),
-    #[error("the router is shutting down")]
-    ShuttingDown,
-    /// Over the client key's requests or tokens per minute.
-    #[error("{message}")]
-    RateLimited {
-        message: String,
-        retry_after_secs: u64,
-    },
 }
 
 impl ClassifiedError for ApiError {
     fn error_kind(&self) -> ErrorKind {
         match self {
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => ErrorKind::NotFound,
-            ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
-            ApiError::Unauthorized(_) => ErrorKind::Unauthorized,
-            ApiError::PayloadTooLarge { .. } => ErrorKind::TooLarge,
+            ApiError::Transport(e) => e.error_kind(),
+            ApiError::ModelNotFound { .. } => ErrorKind::NotFound,
             ApiError::BadBody(_) => ErrorKind::Invalid,
-            ApiError::BodyTimeout { .. } => ErrorKind::Timeout,
             ApiError::AllBusy { .. } => ErrorKind::Busy,
-            ApiError::RateLimited { .. } => ErrorKind::Limited,
-            ApiError::NoNode { .. } | ApiError::OwnerDown { .. } | ApiError::ShuttingDown => {
-                ErrorKind::Unavailable
-            }
+            ApiError::NoNode { .. } | ApiError::OwnerDown { .. } => ErrorKind::Unavailable,
             ApiError::Upstream(_) => ErrorKind::Upstream,
             ApiError::BadRequest { .. } => ErrorKind::Invalid,
-            ApiError::Internal(_) => ErrorKind::Internal,
         }
     }
 
-    fn code(&self) -> &'static str {
+    fn code(&self) -> &str {
         match self {
+            ApiError::Transport(e) => e.code(),
             ApiError::ModelNotFound { .. } => "model_not_found",
-            ApiError::RouteNotFound { .. } => "not_found",
-            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
-            ApiError::Unauthorized(_) => "invalid_api_key",
-            ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::BadBody(_) => "invalid_body",
-            ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::AllBusy { .. } => "nodes_busy",
             ApiError::NoNode { .. } => "no_node_available",
             ApiError::OwnerDown { .. } => "owner_node_unavailable",
             ApiError::Upstream(_) => "upstream_failed",
-            ApiError::ShuttingDown => "shutting_down",
-            ApiError::RateLimited { .. } => "rate_limit_exceeded",
             ApiError::BadRequest { .. } => "invalid_value",
-            ApiError::Internal(_) => "internal_error",
         }
     }
 
@@ -154,9 +123,7 @@ impl ClassifiedError for ApiError {
 
     fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            ApiError::RateLimited {
-                retry_after_secs, ..
-            } => Some(*retry_after_secs),
+            ApiError::Transport(e) => e.retry_after_secs(),
             _ => None,
         }
     }

@@ -5,27 +5,20 @@
 //! `Retry-After`; admitted answers carry `x-ratelimit-*` headers.
 
 use axum::extract::{Request, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
+use kiln_http::TransportError;
 use serde_json::Value;
 
 use crate::complexity;
-use crate::error::ApiError;
 use crate::state::RouterState;
 
 /// The limiter's key of a client: its key's id, or `anonymous` on an open router.
 fn client_key(req: &Request) -> String {
-    req.headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map_or_else(
-            || kiln_api::ANONYMOUS.to_string(),
-            |t| kiln_api::key_id(t.trim()),
-        )
+    kiln_http::bearer(req.headers())
+        .map_or_else(|| kiln_api::ANONYMOUS.to_string(), kiln_api::key_id)
 }
 
 /// Tokens a request may use: its whole body at the estimator's bytes a token, plus its
@@ -49,7 +42,7 @@ pub async fn enforce(State(state): State<RouterState>, req: Request, next: Next)
     let status = match limiter.admit(&key) {
         Ok(s) => s,
         Err(l) => {
-            let mut resp = ApiError::RateLimited {
+            let mut resp = TransportError::RateLimited {
                 message: l.message(),
                 retry_after_secs: l.retry_after_secs(),
             }

@@ -5,6 +5,7 @@
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use kiln_http::TransportError;
 use kiln_observe::observer::now_ms;
 use serde::Deserialize;
 use serde_json::json;
@@ -62,8 +63,8 @@ pub async fn rollups(State(state): State<RouterState>, Query(q): Query<RollupsQu
     let rows = tokio::task::spawn_blocking(move || observer.rollups(now - minutes + 1, now)).await;
     let rows = match rows {
         Ok(Ok(rows)) => rows,
-        Ok(Err(e)) => return ApiError::Internal(e.to_string()).into_response(),
-        Err(e) => return ApiError::Internal(e.to_string()).into_response(),
+        Ok(Err(e)) => return TransportError::Internal(e.to_string()).into_response(),
+        Err(e) => return TransportError::Internal(e.to_string()).into_response(),
     };
     let mut data: Vec<_> = rows
         .into_iter()
@@ -84,7 +85,7 @@ pub async fn alerts(State(state): State<RouterState>) -> Response {
             "rules": state.observer().rules(),
         }))
         .into_response(),
-        Ok(Err(e)) => ApiError::Internal(e.to_string()).into_response(),
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+        Ok(Err(e)) => TransportError::Internal(e.to_string()).into_response(),
+        Err(e) => TransportError::Internal(e.to_string()).into_response(),
     }
 }

@@ -4,9 +4,9 @@
 //! batches that read them are on one node). Such a request goes to its owner node on the ring
 //! and nowhere else: retrying on another node would find no state, or split it.
 
+use kiln_http::TransportError;
 use std::time::Instant;
 
-use axum::http::header::AUTHORIZATION;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -22,13 +22,7 @@ pub fn agent_key(name: &str) -> String {
 /// The ring key of the state `req`'s API key keeps (stored responses, files,
 /// batches): the key, hashed (or `anonymous`).
 pub fn caller_key(req: &Inbound) -> String {
-    let token = req
-        .headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match token {
+    match kiln_http::bearer(&req.headers) {
         Some(t) => format!("caller:{:016x}", hash_str(t)),
         None => "caller:anonymous".into(),
     }
@@ -37,7 +31,7 @@ pub fn caller_key(req: &Inbound) -> String {
 /// Sends `req` to the owner node of `key`; `what` names the state for errors.
 pub async fn route(state: &RouterState, req: Inbound, key: &str, what: String) -> Response {
     if state.is_shutting_down() {
-        return ApiError::ShuttingDown.into_response();
+        return TransportError::ShuttingDown.into_response();
     }
     let placement = state.placement();
     let Some(node) = placement.owner(key).cloned() else {

@@ -8,6 +8,7 @@
 //! that are not streams are read whole first (they are small), so they are retried too
 //! if the node dies while sending them.
 
+use kiln_http::TransportError;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -87,7 +88,7 @@ pub(crate) enum Attempt {
 /// Routes `req` to a node (or the upstream) and returns the response.
 pub async fn route(state: &RouterState, req: Inbound) -> Response {
     if state.is_shutting_down() {
-        return ApiError::ShuttingDown.into_response();
+        return TransportError::ShuttingDown.into_response();
     }
     let placement = state.placement();
     let model = match placement.resolve(req.model.as_deref()) {
@@ -190,7 +191,7 @@ pub async fn route(state: &RouterState, req: Inbound) -> Response {
 /// node. Tables with a `central` rule are refused without an upstream, so one is there.
 pub async fn by_rule(state: &RouterState, req: &Inbound, rule: &str) -> Response {
     if state.is_shutting_down() {
-        return ApiError::ShuttingDown.into_response();
+        return TransportError::ShuttingDown.into_response();
     }
     tracing::debug!(rule, path = %req.path, "routed central by rule");
     let err = || ApiError::NoNode {

@@ -7,13 +7,14 @@
 //! before its 404 for a request bearing none of the server's keys.
 
 use axum::extract::{Request, State};
-use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use kiln_http::TransportError;
 
 use crate::error::ApiError;
 use crate::lease::Caller;
-use crate::state::{ApiKey, AppState};
+use crate::state::AppState;
+use kiln_http::ApiKey;
 
 pub async fn require_api_key(
     State(state): State<AppState>,
@@ -25,7 +26,7 @@ pub async fn require_api_key(
         req.extensions_mut().insert(Caller::anonymous());
         return next.run(req).await;
     }
-    match authorize(&req, "API", |t| matching(keys, t)) {
+    match authorize(&req, "API", |t| ApiKey::find(keys, t)) {
         Ok(key) => {
             let caller = Caller {
                 key_id: kiln_api::key_id(&key.key),
@@ -55,7 +56,7 @@ pub async fn require_admin_key(
         )
         .into_response();
     }
-    match authorize(&req, "admin", |t| matching(&config.admin_keys, t)) {
+    match authorize(&req, "admin", |t| ApiKey::find(&config.admin_keys, t)) {
         Ok(_) => next.run(req).await,
         Err(refused) => refused.into_response(),
     }
@@ -72,7 +73,8 @@ pub async fn require_metrics_key(
     if config.metrics_keys.is_empty() {
         return next.run(req).await;
     }
-    let keys = |t: &str| matching(&config.metrics_keys, t).or(matching(&config.admin_keys, t));
+    let keys =
+        |t: &str| ApiKey::find(&config.metrics_keys, t).or(ApiKey::find(&config.admin_keys, t));
     match authorize(&req, "metrics", keys) {
         Ok(_) => next.run(req).await,
         Err(refused) => refused.into_response(),
@@ -88,9 +90,9 @@ pub(crate) fn refuse_unmatched(state: &AppState, req: &Request) -> Option<ApiErr
         return None;
     }
     let any = |t: &str| {
-        matching(&config.api_keys, t)
-            .or(matching(&config.admin_keys, t))
-            .or(matching(&config.metrics_keys, t))
+        ApiKey::find(&config.api_keys, t)
+            .or(ApiKey::find(&config.admin_keys, t))
+            .or(ApiKey::find(&config.metrics_keys, t))
     };
     authorize(req, "API", any).err()
 }
@@ -102,45 +104,9 @@ fn authorize<'k>(
     what: &str,
     accept: impl Fn(&str) -> Option<&'k ApiKey>,
 ) -> Result<&'k ApiKey, ApiError> {
-    let Some(token) = bearer(req) else {
+    let Some(token) = kiln_http::bearer(req.headers()) else {
         let message = format!("missing {what} key: send it as `Authorization: Bearer <key>`");
-        return Err(ApiError::Unauthorized(message));
+        return Err(TransportError::Unauthorized(message).into());
     };
-    accept(token).ok_or_else(|| ApiError::Unauthorized(format!("invalid {what} key")))
-}
-
-/// The bearer token of the request, if it sent one.
-fn bearer(req: &Request) -> Option<&str> {
-    req.headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim())
-}
-
-fn matching<'k>(keys: &'k [ApiKey], token: &str) -> Option<&'k ApiKey> {
-    keys.iter()
-        .find(|k| constant_time_eq(k.key.as_bytes(), token.as_bytes()))
-}
-
-/// Compares without an early exit, so response timing doesn't reveal how much of a
-/// guessed key was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn compares_exactly() {
-        assert!(constant_time_eq(b"key", b"key"));
-        assert!(!constant_time_eq(b"key", b"kez"));
-        assert!(!constant_time_eq(b"key", b"key2"));
-    }
+    accept(token).ok_or_else(|| TransportError::Unauthorized(format!("invalid {what} key")).into())
 }

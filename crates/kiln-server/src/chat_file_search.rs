@@ -3,10 +3,11 @@
 //! user message, puts the passages found before it, and the answer's message carries
 //! `file_citation` annotations for their files. The model never sees the tool.
 
-use kiln_api::chat::{ChatCompletionRequest, ContentPart, MessageContent, Role};
-use kiln_rag::sources::{cited_files, with_sources};
+use kiln_api::chat::ChatCompletionRequest;
+use kiln_http::TransportError;
+use kiln_rag::sources::ground_chat;
 use kiln_rag::{FileSearchTool, VectorStores};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::extract::parse;
@@ -77,70 +78,35 @@ pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
             obj.remove("tool_choice");
         }
     }
-    let request = parse(&serde_json::to_vec(&v).map_err(|e| ApiError::Internal(e.to_string()))?)?;
+    let request =
+        parse(&serde_json::to_vec(&v).map_err(|e| TransportError::Internal(e.to_string()))?)?;
     Ok(Parsed {
         request,
         file_search: (!skip).then_some(tool),
     })
 }
 
-/// Runs the search for `req`'s last user message and puts what it found before that
-/// message: the `file_citation` annotations for the answer (none when nothing matched
-/// or there is no user message).
+/// Grounds `req` in the stores `tool` names (`kiln_rag::sources::ground_chat`): the
+/// `file_citation` annotations for the answer.
 pub async fn apply(
     stores: Option<&VectorStores>,
     caller: &Caller,
     tool: &FileSearchTool,
     req: &mut ChatCompletionRequest,
 ) -> Result<Vec<Value>, ApiError> {
-    let Some((at, question)) = req
-        .messages
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(i, m)| (m.role == Role::User).then(|| (i, text_of(m.content.as_ref()))))
-    else {
-        return Ok(Vec::new());
-    };
-    if question.trim().is_empty() {
-        return Ok(Vec::new());
-    }
     let stores = stores.ok_or_else(|| {
         ApiError::StoreUnavailable(
             "vector stores need a data directory; start the server with --data-dir".into(),
         )
     })?;
-    let hits = stores
-        .search(caller, &tool.store_ids, &tool.search_for(&question))
-        .await?;
-    req.messages[at].content = Some(MessageContent::Text(with_sources(&question, &hits)));
-    Ok(cited_files(&hits)
-        .into_iter()
-        .map(|(file_id, filename)| {
-            json!({"type": "file_citation", "file_citation": {"file_id": file_id, "filename": filename}})
-        })
-        .collect())
-}
-
-fn text_of(content: Option<&MessageContent>) -> String {
-    match content {
-        Some(MessageContent::Text(t)) => t.clone(),
-        Some(MessageContent::Parts(parts)) => parts
-            .iter()
-            .filter_map(|p| match p {
-                ContentPart::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        None => String::new(),
-    }
+    Ok(ground_chat(stores, caller, tool, req).await?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kiln_http::ClassifiedError;
+    use serde_json::json;
 
     fn body(v: Value) -> Vec<u8> {
         serde_json::to_vec(&v).expect("json")

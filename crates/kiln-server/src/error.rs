@@ -1,17 +1,16 @@
 //! Errors: [`ApiError`] for what a request gets back (status + OpenAI's JSON body), and
 //! [`Error`] for what stops the server from starting.
 //!
-//! `ApiError` holds the request-level failures the server finds itself (the body, auth,
-//! routing, limits, the gates) and wraps the services' errors as they are. Each says
+//! `ApiError` holds the request-level failures the server finds itself (the body's
+//! JSON, the gates) and wraps the exchange's (`kiln_http::TransportError`, shared with
+//! the router) and the services' errors as they are. Each says
 //! its [`ErrorKind`], `code`, `param` and safe message through [`ClassifiedError`], and
 //! `kiln-http` turns any of them into the response, so no variant is copied here.
-
-use std::net::SocketAddr;
 
 use axum::response::{IntoResponse, Response};
 use kiln_generate::GenerateError;
 use kiln_host::HostError;
-use kiln_http::{ClassifiedError, ErrorKind};
+use kiln_http::{ClassifiedError, ErrorKind, TransportError};
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -26,26 +25,10 @@ pub enum ApiError {
         param: Option<String>,
         message: String,
     },
-    #[error("no route for {method} {path}")]
-    RouteNotFound { method: String, path: String },
-    #[error("method {method} is not allowed on {path}")]
-    MethodNotAllowed { method: String, path: String },
-    #[error("{0}")]
-    Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
-    #[error("the request body is over the limit of {limit} bytes")]
-    PayloadTooLarge { limit: usize },
-    #[error("the request body did not arrive within {limit_s} s")]
-    BodyTimeout { limit_s: u64 },
     #[error("unsupported Content-Type `{0}`: send JSON with `Content-Type: application/json`")]
     UnsupportedMediaType(String),
-    /// Over the key's requests or tokens per minute.
-    #[error("{message}")]
-    RateLimited {
-        message: String,
-        retry_after_secs: u64,
-    },
     /// Over the key's daily neuron quota.
     #[error("{message}")]
     QuotaExceeded {
@@ -55,8 +38,6 @@ pub enum ApiError {
     /// Refused by the prompt firewall (the policy's message).
     #[error("{0}")]
     PromptBlocked(String),
-    #[error("the server is shutting down")]
-    ShuttingDown,
     /// A stored object this caller has none of.
     #[error("{message}")]
     NotFound {
@@ -66,8 +47,9 @@ pub enum ApiError {
     /// A state database is unreadable, corrupt or locked, or not set up.
     #[error("{0}")]
     StoreUnavailable(String),
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// The exchange itself failed (route, key, body, rate limit, shutdown).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
     #[error("{}", .0.safe_message())]
     Generate(#[from] GenerateError),
     #[error("{}", .0.safe_message())]
@@ -95,6 +77,7 @@ impl ApiError {
     /// The service error this wraps, if it wraps one.
     fn wrapped(&self) -> Option<&dyn ClassifiedError> {
         match self {
+            ApiError::Transport(e) => Some(e),
             ApiError::Generate(e) => Some(e),
             ApiError::Responses(e) => Some(e),
             ApiError::Agents(e) => Some(e),
@@ -120,15 +103,11 @@ impl ClassifiedError for ApiError {
         }
         match self {
             ApiError::InvalidJson { .. } | ApiError::InvalidRequest { .. } => ErrorKind::Invalid,
-            ApiError::RouteNotFound { .. } | ApiError::NotFound { .. } => ErrorKind::NotFound,
-            ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
-            ApiError::Unauthorized(_) => ErrorKind::Unauthorized,
+            ApiError::NotFound { .. } => ErrorKind::NotFound,
             ApiError::Forbidden(_) | ApiError::PromptBlocked(_) => ErrorKind::Forbidden,
-            ApiError::PayloadTooLarge { .. } => ErrorKind::TooLarge,
-            ApiError::BodyTimeout { .. } => ErrorKind::Timeout,
             ApiError::UnsupportedMediaType(_) => ErrorKind::UnsupportedMedia,
-            ApiError::RateLimited { .. } | ApiError::QuotaExceeded { .. } => ErrorKind::Limited,
-            ApiError::ShuttingDown | ApiError::StoreUnavailable(_) => ErrorKind::Unavailable,
+            ApiError::QuotaExceeded { .. } => ErrorKind::Limited,
+            ApiError::StoreUnavailable(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
     }
@@ -140,17 +119,11 @@ impl ClassifiedError for ApiError {
         match self {
             ApiError::InvalidJson { .. } => "invalid_json",
             ApiError::InvalidRequest { .. } => "invalid_value",
-            ApiError::RouteNotFound { .. } | ApiError::NotFound { .. } => "not_found",
-            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
-            ApiError::Unauthorized(_) => "invalid_api_key",
+            ApiError::NotFound { .. } => "not_found",
             ApiError::Forbidden(_) => "forbidden",
-            ApiError::PayloadTooLarge { .. } => "request_too_large",
-            ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-            ApiError::RateLimited { .. } => "rate_limit_exceeded",
             ApiError::QuotaExceeded { .. } => "insufficient_quota",
             ApiError::PromptBlocked(_) => "prompt_blocked",
-            ApiError::ShuttingDown => "shutting_down",
             ApiError::StoreUnavailable(_) => "store_unavailable",
             _ => "internal_error",
         }
@@ -184,10 +157,8 @@ impl ClassifiedError for ApiError {
 
     fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            ApiError::RateLimited {
-                retry_after_secs, ..
-            }
-            | ApiError::QuotaExceeded {
+            ApiError::Transport(e) => e.retry_after_secs(),
+            ApiError::QuotaExceeded {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
             _ => None,
@@ -201,53 +172,16 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<kiln_db::LockError> for Error {
-    fn from(e: kiln_db::LockError) -> Self {
-        match e {
-            kiln_db::LockError::InUse { dir } => Error::DataDirInUse { dir },
-            kiln_db::LockError::Io { path, source } => Error::DataDir { path, source },
-        }
-    }
-}
-
 /// What keeps the server from starting or from shutting down cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("server error: {0}")]
     Serve(#[source] std::io::Error),
     #[error("cannot load pinned model `{model}`: {reason}")]
     Load { model: String, reason: String },
     #[error("usage metering: {0}")]
     Usage(#[from] kiln_usage::Error),
-    #[error("response store: {0}")]
-    Responses(#[from] kiln_responses::ResponsesError),
-    #[error("batch store: {0}")]
-    Batches(#[from] kiln_batch::BatchError),
-    #[error("file store: {0}")]
-    Files(#[from] kiln_files::FileError),
-    #[error(transparent)]
-    Vectors(#[from] kiln_vectors::VectorError),
-    #[error(transparent)]
-    VectorStores(#[from] kiln_rag::RagError),
-    #[error("data directory {}: {source}", .path.display())]
-    DataDir {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "the data directory {} is in use by another kiln serve; give each server its own \
-         --data-dir",
-        .dir.display()
-    )]
-    DataDirInUse { dir: std::path::PathBuf },
     #[error("{0}")]
     Firewall(String),
     #[error("the shutdown deadline cut {cut} request(s) short")]

@@ -5,6 +5,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
+use kiln_http::TransportError;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
@@ -63,11 +64,12 @@ async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
     let timeout = state.config().body_timeout;
     let bytes = Bytes::from_request(req, state).await.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge { limit }
+            TransportError::PayloadTooLarge { limit }.into()
         } else if kiln_http::is_body_timeout(&e) {
-            ApiError::BodyTimeout {
+            TransportError::BodyTimeout {
                 limit_s: timeout.as_secs(),
             }
+            .into()
         } else {
             ApiError::InvalidJson {
                 message: format!("cannot read the request body: {}", e.body_text()),

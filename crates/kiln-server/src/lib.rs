@@ -1,7 +1,7 @@
 //! Kiln's OpenAI-compatible HTTP server (axum on tokio).
 //!
 //! [`app`] builds the router over an [`AppState`] (the served models, API keys, limits);
-//! [`run`] binds, loads the pinned models in the background, serves, and shuts down
+//! [`serve`] loads the pinned models in the background, serves, and shuts down
 //! gracefully. Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`,
 //! `POST /v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `POST /detokenize`,
 //! `POST /ai/run/{model}` (Workers AI style, for every task), OpenAI's Responses API
@@ -11,8 +11,8 @@
 //! This crate keeps routes, extraction, the mapping between the wire and typed
 //! requests, SSE framing and middleware. The work below HTTP is the generation
 //! service's ([`kiln_generate::Generator`]: model leases, prompts, grammars, sampling
-//! checks, admission, metering), and the services' own crates'; the state gets them
-//! built ([`serve`]) and no service reaches back into the server.
+//! checks, admission, metering), and the services' own crates'; the binary builds
+//! them over one generator, and no service reaches back into the server.
 //!
 //! Request flow: [`extract`] parses the body (errors name the field), a route maps it to
 //! a typed request for the generator, which starts it on the engine and hands back its
@@ -29,7 +29,6 @@ pub mod error;
 pub mod extract;
 pub mod gate;
 pub mod lease;
-pub mod metrics;
 pub mod middleware;
 mod routes;
 pub mod serve;
@@ -37,7 +36,9 @@ pub mod state;
 pub mod stream;
 
 pub use app::app;
+pub use batch_runner::BatchLines;
 pub use error::{ApiError, Error, Result};
+pub use gate::Gates;
 pub use gate::{CacheSettings, GuardSettings};
 pub use kiln_agents::ScheduleLimits as AgentScheduleLimits;
 pub use kiln_generate::ServingOptions;
@@ -45,8 +46,8 @@ pub use kiln_host::{
     Encoder, EncoderWeights, HostedModel, Lease, LoadedModel, LoraConfig, ModelKind, ModelSource,
     ModelStatus,
 };
-pub use kiln_http::{ConnectionLimits, CorsPolicy};
+pub use kiln_http::{ApiKey, ConnectionLimits, CorsPolicy};
 pub use kiln_responses::Limits as ResponseLimits;
 pub use lease::{CallContext, Caller, WARM_HEADER};
-pub use serve::{run, serve, shutdown_signal, ServeOptions};
-pub use state::{ApiKey, AppState, Colo, ServerConfig};
+pub use serve::{serve, shutdown_signal, ServeOptions};
+pub use state::{AppState, Colo, ServerConfig, Services};

@@ -2,6 +2,7 @@
 //! `x-kiln-cold-start`, `x-kiln-neurons` and `x-kiln-colo` headers, panics turned into 500s, the shutdown gate, and OpenAI-shaped 404/405
 //! fallbacks (the public app's after auth: 401 before 404).
 
+use kiln_http::TransportError;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
@@ -12,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use tracing::Instrument;
 
-use crate::error::ApiError;
 use crate::lease::WARM_HEADER;
 use crate::state::AppState;
 use kiln_api::observe::{COLD_START_HEADER, COLO_HEADER, NEURONS_HEADER};
@@ -45,7 +45,7 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
         .instrument(span.clone())
         .await
         .unwrap_or_else(|_| {
-            ApiError::Internal("the request handler panicked".into()).into_response()
+            TransportError::Internal("the request handler panicked".into()).into_response()
         });
     span.in_scope(|| {
         tracing::info!(
@@ -88,31 +88,17 @@ pub async fn colo_header(colo: Option<HeaderValue>, req: Request, next: Next) ->
 /// Once shutdown has begun, API requests get 503 (in-flight ones carry on).
 pub async fn shutdown_gate(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if state.is_shutting_down() {
-        return ApiError::ShuttingDown.into_response();
+        return TransportError::ShuttingDown.into_response();
     }
     next.run(req).await
 }
 
-pub async fn not_found(req: Request) -> ApiError {
-    ApiError::RouteNotFound {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
-    }
-}
-
-pub async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::MethodNotAllowed {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
-    }
-}
-
 /// The public app's 404: a 401 first for a caller without a key (see
 /// [`crate::auth::refuse_unmatched`]).
-pub async fn not_found_after_auth(State(state): State<AppState>, req: Request) -> ApiError {
+pub async fn not_found_after_auth(State(state): State<AppState>, req: Request) -> Response {
     match crate::auth::refuse_unmatched(&state, &req) {
-        Some(refused) => refused,
-        None => not_found(req).await,
+        Some(refused) => refused.into_response(),
+        None => kiln_http::route_not_found(req).await,
     }
 }
 
@@ -120,9 +106,9 @@ pub async fn not_found_after_auth(State(state): State<AppState>, req: Request) -
 pub async fn method_not_allowed_after_auth(
     State(state): State<AppState>,
     req: Request,
-) -> ApiError {
+) -> Response {
     match crate::auth::refuse_unmatched(&state, &req) {
-        Some(refused) => refused,
-        None => method_not_allowed(req).await,
+        Some(refused) => refused.into_response(),
+        None => kiln_http::method_not_allowed(req).await,
     }
 }

@@ -3,16 +3,15 @@
 //! over the generator, API and admin keys and limits. Built whole before serving: no
 //! service reaches back into it.
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kiln_agents::Agents;
 use kiln_batch::Batches;
 use kiln_files::FileStore;
 use kiln_generate::{CutoffSignal, Generator, ServingModel};
 use kiln_host::{AdapterCache, Host, HostedModel, LoadedModel, LoraConfig};
-use kiln_http::{ConnectionLimits, CorsPolicy};
+use kiln_http::{ApiKey, ConnectionLimits, CorsPolicy};
 use kiln_rag::VectorStores;
 use kiln_responses::Responses;
 use kiln_usage::Meter;
@@ -20,44 +19,6 @@ use kiln_vectors::VectorDb;
 
 use crate::error::ApiError;
 use crate::gate::{Gates, GuardSettings};
-
-/// One accepted bearer token and the label its usage is reported under.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey {
-    pub key: String,
-    pub label: Option<String>,
-}
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>, label: Option<String>) -> Self {
-        Self {
-            key: key.into(),
-            label,
-        }
-    }
-}
-
-impl From<&str> for ApiKey {
-    fn from(key: &str) -> Self {
-        Self::new(key, None)
-    }
-}
-
-impl From<String> for ApiKey {
-    fn from(key: String) -> Self {
-        Self::new(key, None)
-    }
-}
-
-/// Never prints the secret.
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiKey")
-            .field("id", &kiln_api::key_id(&self.key))
-            .field("label", &self.label)
-            .finish()
-    }
-}
 
 /// Server-wide limits and credentials.
 #[derive(Debug, Clone)]
@@ -176,7 +137,7 @@ impl AppState {
     }
 
     /// State over a generator, the gates and the services built over it.
-    pub(crate) fn from_parts(
+    pub fn from_parts(
         config: ServerConfig,
         generator: Arc<Generator>,
         gates: Arc<Gates>,
@@ -318,10 +279,4 @@ impl AppState {
     pub fn is_ready(&self) -> bool {
         self.host().is_ready()
     }
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

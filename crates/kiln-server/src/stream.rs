@@ -6,6 +6,7 @@
 //! generation is also dropped as soon as it ends, before `[DONE]` is written, so its
 //! admission permit is released as early as possible.
 
+use kiln_http::TransportError;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -20,7 +21,6 @@ use kiln_http::OpenAiError;
 use serde::Serialize;
 use tracing::{Instrument, Span};
 
-use crate::error::ApiError;
 use crate::lease::api_usage;
 
 /// Turns a generation's events into the endpoint's JSON chunks.
@@ -37,7 +37,7 @@ pub trait ChunkFormat: Send + 'static {
 /// did, an error object goes out instead of a panic.
 pub fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| {
-        let err = ApiError::Internal(format!("cannot serialize a chunk: {e}"));
+        let err = TransportError::Internal(format!("cannot serialize a chunk: {e}"));
         serde_json::to_string(&err.body()).unwrap_or_default()
     })
 }

@@ -320,24 +320,23 @@ async fn a_pinned_model_that_fails_to_load_stops_the_server_with_the_reason() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
+    // The binary pins a lone model, so its failure ends `serve` instead of waiting forever.
+    broken.pin = true;
+    let state = AppState::new(
+        ServerConfig::default(),
+        vec![HostedModel::from_source(
+            broken,
+            ServerConfig::default().max_queued,
+        )],
+    )
+    .expect("state");
     let opts = kiln_server::ServeOptions {
-        addr: listener.local_addr().expect("addr"),
         limits: kiln_server::ConnectionLimits::checked(None, None, None).expect("limits"),
         shutdown_timeout: std::time::Duration::from_secs(5),
-        server: ServerConfig::default(),
-        usage_db: Some(dir.path().join("usage.sqlite3")),
-        data_dir: Some(dir.path().join("data")),
-        responses: Default::default(),
-        agent_schedules: Default::default(),
-        files: Default::default(),
-        batches: Default::default(),
-        vectors: Default::default(),
-        vector_remote: None,
     };
-    // A lone model is pinned, so its failure ends `serve` instead of waiting forever.
     let result = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        kiln_server::serve(listener, opts, vec![broken], std::future::pending()),
+        kiln_server::serve(listener, state, opts, std::future::pending()),
     )
     .await
     .expect("serve returned");

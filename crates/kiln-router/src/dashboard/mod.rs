@@ -7,6 +7,7 @@
 //! as `?key=` (a browser's `EventSource` cannot send `Authorization`), which the page
 //! takes from its URL's `#key=` fragment.
 
+use kiln_http::TransportError;
 use std::convert::Infallible;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,7 +22,6 @@ use kiln_observe::summary::summarize;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
 use crate::state::RouterState;
 
 const INDEX: &str = include_str!("assets/index.html");
@@ -62,7 +62,7 @@ pub struct Cache(Mutex<Option<(Instant, String)>>);
 pub async fn events(State(state): State<RouterState>, Query(q): Query<Key>) -> Response {
     let keys = &state.config().api_keys;
     if !keys.is_empty() && !q.key.as_ref().is_some_and(|k| keys.contains(k)) {
-        return ApiError::Unauthorized(
+        return TransportError::Unauthorized(
             "the dashboard's stream needs `?key=` with an API key".into(),
         )
         .into_response();

@@ -11,9 +11,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_api::endpoints::{find_named, ModelKind};
 use kiln_guard::{deterministic, request_key, Cached};
+use kiln_http::TransportError;
 use serde_json::Value;
 
-use crate::error::ApiError;
 use crate::lease::caller_of;
 use crate::state::AppState;
 
@@ -61,8 +61,10 @@ pub async fn serve_cached(State(state): State<AppState>, req: Request, next: Nex
     }
     let (mut parts, body) = resp.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_ANSWER).await else {
-        return ApiError::Internal("the answer was too large to pass through the cache".into())
-            .into_response();
+        return TransportError::Internal(
+            "the answer was too large to pass through the cache".into(),
+        )
+        .into_response();
     };
     let content_type = parts
         .headers

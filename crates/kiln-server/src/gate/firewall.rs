@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_guard::{prompt_texts, BlockReason, Mode, Verdict};
-use kiln_host::metrics::{Counter, Histogram};
 use kiln_host::HostError;
 
 use super::{prompt_route, Gates};
@@ -22,32 +21,6 @@ use crate::state::AppState;
 
 pub const SCORE_HEADER: &str = "x-kiln-firewall-injection-score";
 pub const PII_HEADER: &str = "x-kiln-firewall-pii";
-
-const SCORE_BUCKETS: &[f64] = &[
-    5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 99.0,
-];
-const LATENCY_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// What the firewall counts, rendered with the classifier's name on `/metrics`.
-pub struct FirewallMetrics {
-    pub scores: Histogram,
-    pub latency: Histogram,
-    pub blocked_injection: Counter,
-    pub blocked_pii: Counter,
-}
-
-impl Default for FirewallMetrics {
-    fn default() -> Self {
-        Self {
-            scores: Histogram::new(SCORE_BUCKETS),
-            latency: Histogram::new(LATENCY_BUCKETS),
-            blocked_injection: Counter::default(),
-            blocked_pii: Counter::default(),
-        }
-    }
-}
 
 /// Scores the prompt of a request on a prompt route for its caller's policy.
 pub async fn screen(State(state): State<AppState>, req: Request, next: Next) -> Response {

@@ -8,10 +8,12 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use kiln_guard::RateStatus;
+use kiln_http::TransportError;
 
 use crate::error::ApiError;
 use crate::lease::caller_of;
-use crate::state::{unix_now, AppState};
+use crate::state::AppState;
+use kiln_db::unix_now;
 
 pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
     // The endpoint table says which routes run a model; `kiln route` reads the same.
@@ -23,7 +25,7 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
     let status = match gates.limiter.admit(&key) {
         Ok(s) => s,
         Err(l) => {
-            let mut resp = ApiError::RateLimited {
+            let mut resp = TransportError::RateLimited {
                 message: l.message(),
                 retry_after_secs: l.retry_after_secs(),
             }

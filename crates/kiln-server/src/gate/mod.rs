@@ -10,6 +10,7 @@ pub mod firewall;
 pub mod limits;
 mod prompt_route;
 
+use kiln_http::TransportError;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,32 +21,6 @@ use kiln_generate::{Generator, InjectionClassifier};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// Starts the firewall on the generator's classifier when it serves a
-/// text-classification model (call on the runtime, before serving). Scoring prompts
-/// without one is a setup error.
-pub(crate) fn enable_firewall(
-    gates: &mut Gates,
-    generator: &Arc<Generator>,
-) -> crate::error::Result<()> {
-    let served = generator
-        .resolve_for(None, kiln_host::ModelKind::Classify)
-        .is_ok();
-    let policies = gates.policies.clone();
-    if !served {
-        if policies.any_on() {
-            return Err(crate::error::Error::Firewall(
-                "the prompt firewall is on but no text-classification model is served; serve \
-                 nanoguard-prompt-injection"
-                    .into(),
-            ));
-        }
-        return Ok(());
-    }
-    let model = Arc::new(InjectionClassifier(generator.clone()));
-    gates.firewall = Some(Arc::new(Firewall::new(policies, model)));
-    Ok(())
-}
 
 /// The request's body read whole (under the server's body limit), and the request
 /// rebuilt around it for the handler; a body over the limit is its 413.
@@ -61,7 +36,7 @@ pub(crate) async fn buffered(
             axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone())),
             bytes,
         )),
-        Err(_) => Err(ApiError::PayloadTooLarge { limit }.into_response()),
+        Err(_) => Err(TransportError::PayloadTooLarge { limit }.into_response()),
     }
 }
 
@@ -85,14 +60,14 @@ pub struct CacheSettings {
 }
 
 /// The gates' state, one per server.
-pub(crate) struct Gates {
+pub struct Gates {
     pub limiter: Arc<Limiter>,
     pub quota: Quota,
     pub cache: Option<ResponseCache>,
     /// When the server serves a classifier or scores prompts.
     pub firewall: Option<Arc<Firewall>>,
     pub policies: Policies,
-    pub firewall_metrics: firewall::FirewallMetrics,
+    pub firewall_metrics: kiln_host::metrics::firewall::FirewallMetrics,
 }
 
 impl Gates {
@@ -105,6 +80,29 @@ impl Gates {
             policies: s.firewall.clone(),
             firewall_metrics: Default::default(),
         }
+    }
+
+    /// Starts the firewall on the generator's classifier when it serves a
+    /// text-classification model (call on the runtime, before serving). Scoring prompts
+    /// without one is a setup error.
+    pub fn enable_firewall(&mut self, generator: &Arc<Generator>) -> crate::error::Result<()> {
+        let served = generator
+            .resolve_for(None, kiln_host::ModelKind::Classify)
+            .is_ok();
+        let policies = self.policies.clone();
+        if !served {
+            if policies.any_on() {
+                return Err(crate::error::Error::Firewall(
+                    "the prompt firewall is on but no text-classification model is served; serve \
+                     nanoguard-prompt-injection"
+                        .into(),
+                ));
+            }
+            return Ok(());
+        }
+        let model = Arc::new(InjectionClassifier(generator.clone()));
+        self.firewall = Some(Arc::new(Firewall::new(policies, model)));
+        Ok(())
     }
 
     /// The prompt firewall, when the server has a classifier for it.

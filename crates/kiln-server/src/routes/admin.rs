@@ -7,6 +7,7 @@
 
 use axum::extract::State;
 use axum::Json;
+use kiln_http::TransportError;
 use kiln_usage::UsageRow;
 use serde_json::{json, Value};
 
@@ -25,8 +26,8 @@ pub async fn usage(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
     };
     let rows = tokio::task::spawn_blocking(move || meter.rows())
         .await
-        .map_err(|e| ApiError::Internal(format!("tokenizer task failed: {e}")))?
-        .map_err(|e| ApiError::Internal(format!("cannot read usage: {e}")))?;
+        .map_err(|e| TransportError::Internal(format!("tokenizer task failed: {e}")))?
+        .map_err(|e| TransportError::Internal(format!("cannot read usage: {e}")))?;
     let data: Vec<Value> = rows
         .iter()
         .map(|r| {

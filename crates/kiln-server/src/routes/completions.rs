@@ -20,8 +20,9 @@ use crate::error::ApiError;
 use crate::extract::{parse, ApiBody};
 use crate::lease::CallContext;
 use crate::middleware::RequestId;
-use crate::state::{unix_now, AppState};
+use crate::state::AppState;
 use crate::stream::{sse, to_json, ChunkFormat};
+use kiln_db::unix_now;
 
 pub async fn completions(
     State(state): State<AppState>,

@@ -1,6 +1,7 @@
 //! `/v1/files`: upload (multipart, streamed to disk as it arrives), list, retrieve,
 //! download and delete, on `kiln-files`' store, scoped to the caller's key.
 
+use kiln_http::TransportError;
 use std::collections::HashMap;
 
 use axum::body::Body;
@@ -82,7 +83,7 @@ pub async fn upload(
     upload.set_purpose(&purpose);
     let stored = tokio::task::spawn_blocking(move || upload.finish())
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+        .map_err(|e| TransportError::Internal(e.to_string()))??;
     Ok(Json(file_object(stored)))
 }
 
@@ -185,13 +186,15 @@ fn form_error(
     limit: u64,
 ) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::PayloadTooLarge {
+        TransportError::PayloadTooLarge {
             limit: usize::try_from(limit).unwrap_or(usize::MAX),
         }
+        .into()
     } else if kiln_http::is_body_timeout(&e) {
-        ApiError::BodyTimeout {
+        TransportError::BodyTimeout {
             limit_s: state.config().upload_timeout.as_secs(),
         }
+        .into()
     } else {
         ApiError::invalid("file", format!("cannot read the upload: {}", e.body_text()))
     }

@@ -12,6 +12,7 @@ use kiln_api::vectorize::{
     MetadataIndexList, MetadataIndexName, MutationResult, QueryMatch, QueryRequest, QueryResult,
     VectorLine,
 };
+use kiln_http::TransportError;
 use kiln_http::{ClassifiedError, OpenAiError};
 use kiln_vectors::{
     Filter, IndexDesc, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorError,
@@ -63,7 +64,7 @@ async fn on_db<T: Send + 'static>(
     let db = state.vectors()?.clone();
     tokio::task::spawn_blocking(move || f(&db))
         .await
-        .map_err(|e| ApiError::Internal(format!("vector task: {e}")))?
+        .map_err(|e| TransportError::Internal(format!("vector task: {e}")))?
         .map_err(VectorizeError::from)
 }
 

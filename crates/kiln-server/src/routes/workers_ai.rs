@@ -12,11 +12,11 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use kiln_api::structured::{FunctionDef, JsonSchemaFormat, ResponseFormat, Tool};
-use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse, AiToolCall};
+use kiln_api::workers_ai::{AiRunChunk, AiRunRequest, AiRunResponse};
 use kiln_api::Usage;
 use kiln_generate::output::tool_calls::{self, Piece, ToolStream};
 use kiln_generate::prompt::{self, PromptOrMessages};
+use kiln_generate::workers_ai;
 use kiln_generate::{
     Call, ChatInput, ChatRequest, ChatStream, ChoiceEvent, Generator, OutputFields, SamplingFields,
     TextEvent, ToolFields,
@@ -100,11 +100,11 @@ async fn generate(
         },
         PromptOrMessages::Messages(m) => ChatInput::Messages(m),
     };
-    let tools = req.tools.as_deref().map(ai_tools).transpose()?;
+    let tools = req.tools.as_deref().map(workers_ai::tools).transpose()?;
     let response_format = req
         .response_format
         .as_ref()
-        .map(ai_response_format)
+        .map(workers_ai::response_format)
         .transpose()?;
     let chat = ChatRequest {
         model: Some(model_name.to_string()),
@@ -158,7 +158,7 @@ async fn generate(
             let (content, calls) = tool_calls::complete(f, &text);
             let calls = calls.map(|cs| {
                 cs.into_iter()
-                    .map(|c| ai_call(c.function.name, &c.function.arguments))
+                    .map(|c| workers_ai::tool_call(c.function.name, &c.function.arguments))
                     .collect()
             });
             (content.unwrap_or_default(), calls)
@@ -166,57 +166,6 @@ async fn generate(
         None => (text, None),
     };
     Ok(Json(AiRunResponse::success(response, calls, usage)).into_response())
-}
-
-/// Workers AI's tools (`{name, description, parameters}`) or OpenAI's, as OpenAI's.
-fn ai_tools(tools: &[serde_json::Value]) -> Result<Vec<Tool>, ApiError> {
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let parsed = if t.get("function").is_some() {
-                serde_json::from_value::<Tool>(t.clone())
-            } else {
-                serde_json::from_value::<FunctionDef>(t.clone()).map(|function| Tool {
-                    kind: "function".into(),
-                    function,
-                })
-            };
-            parsed.map_err(|e| ApiError::invalid(format!("tools[{i}]"), format!("not a tool: {e}")))
-        })
-        .collect()
-}
-
-/// Workers AI's `response_format`, whose `json_schema` is the schema itself, or OpenAI's.
-fn ai_response_format(rf: &serde_json::Value) -> Result<ResponseFormat, ApiError> {
-    let kind = rf.get("type").and_then(|t| t.as_str()).ok_or_else(|| {
-        ApiError::invalid("response_format.type", "response_format needs a `type`")
-    })?;
-    let json_schema = rf.get("json_schema").map(|js| {
-        if js.get("schema").is_some() && js.get("name").is_some() {
-            serde_json::from_value(js.clone()).ok()
-        } else {
-            Some(JsonSchemaFormat {
-                name: "response".into(),
-                description: None,
-                schema: Some(js.clone()),
-                strict: Some(true),
-            })
-        }
-    });
-    Ok(ResponseFormat {
-        kind: kind.to_string(),
-        json_schema: json_schema.flatten(),
-    })
-}
-
-/// A call in Workers AI's shape: the arguments as an object.
-fn ai_call(name: String, arguments: &str) -> AiToolCall {
-    AiToolCall {
-        name,
-        arguments: serde_json::from_str(arguments)
-            .unwrap_or_else(|_| serde_json::Value::String(arguments.to_string())),
-    }
 }
 
 struct AiFormat {
@@ -279,8 +228,12 @@ impl ChunkFormat for AiFormat {
         let calls = std::mem::take(&mut self.calls);
         out.push(to_json(&AiRunChunk {
             response: String::new(),
-            tool_calls: (!calls.is_empty())
-                .then(|| calls.into_iter().map(|(n, a)| ai_call(n, &a)).collect()),
+            tool_calls: (!calls.is_empty()).then(|| {
+                calls
+                    .into_iter()
+                    .map(|(n, a)| workers_ai::tool_call(n, &a))
+                    .collect()
+            }),
             usage: Some(usage),
         }));
     }

@@ -9,9 +9,10 @@
 mod config;
 mod guard;
 mod outbound;
+mod services;
 mod vectors;
 
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -247,20 +248,38 @@ pub fn run(global: &GlobalArgs, args: Args) -> anyhow::Result<()> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
-    let (opts, models) = settings(global, args, file)?;
+    let (settings, models) = settings(global, args, file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kiln-http")
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(kiln_server::run(
-        opts,
-        models,
-        kiln_server::shutdown_signal(),
-    ));
+    let result = runtime.block_on(async move {
+        let addr = settings.addr;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let (state, _data_dir_lock) = services::build(settings.server, models, &settings.services)?;
+        kiln_server::serve(
+            listener,
+            state,
+            settings.serve,
+            kiln_server::shutdown_signal(),
+        )
+        .await
+        .context("server failed")
+    });
     // Tasks abandoned at the shutdown deadline must not hold the exit up.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    result.context("server failed")
+    result
+}
+
+/// Everything `kiln serve` was asked for, merged.
+struct Settings {
+    addr: SocketAddr,
+    serve: ServeOptions,
+    server: ServerConfig,
+    services: services::ServiceOptions,
 }
 
 /// Merges flags over the file over defaults, and fetches the models.
@@ -268,7 +287,7 @@ fn settings(
     global: &GlobalArgs,
     args: Args,
     file: FileConfig,
-) -> anyhow::Result<(ServeOptions, Vec<ModelSource>)> {
+) -> anyhow::Result<(Settings, Vec<ModelSource>)> {
     let (vectors, vector_remote) = vectors::settings(&args.vectors, &file)?;
     let guard = guard::settings(&args.guard, &file)?;
     let (mcp, mcp_per_key) = outbound::mcp_settings(&args.outbound_allow, &file)?;
@@ -474,21 +493,25 @@ fn settings(
     for (spec, pin) in specs {
         models.push(crate::load::catalogue_source(&cache, spec, pin, &engine)?);
     }
-    let opts = ServeOptions {
+    let settings = Settings {
         addr,
-        limits,
-        shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
+        serve: ServeOptions {
+            limits,
+            shutdown_timeout: Duration::from_secs_f64(shutdown_timeout),
+        },
         server,
-        usage_db: Some(usage_db),
-        data_dir: Some(data_dir),
-        responses,
-        agent_schedules,
-        files,
-        batches,
-        vectors,
-        vector_remote,
+        services: services::ServiceOptions {
+            usage_db: Some(usage_db),
+            data_dir: Some(data_dir),
+            responses,
+            agent_schedules,
+            files,
+            batches,
+            vectors,
+            vector_remote,
+        },
     };
-    Ok((opts, models))
+    Ok((settings, models))
 }
 
 /// LoRA settings: flags replace the file's lists; `--lora` entries must be adapters.

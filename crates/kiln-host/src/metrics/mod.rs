@@ -1,11 +1,14 @@
 //! What hosting measures per model: counters and fixed-bucket histograms, a handful of
-//! atomics each, so nothing on the hot path takes a lock. The server renders them with
-//! the engine's own counters for Prometheus (`kiln-server/src/metrics.rs`).
+//! atomics each, so nothing on the hot path takes a lock. [`exposition`] renders them with
+//! the engine's own counters in Prometheus' text format for the server's `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use kiln_engine::FinishReason;
+
+pub mod exposition;
+pub mod firewall;
 
 /// Latency buckets in seconds (the same spans vLLM uses, so dashboards carry over).
 const TTFT_BUCKETS: &[f64] = &[

@@ -2,15 +2,41 @@
 //! meanings (`vllm:num_requests_running` → `kiln:num_requests_running`, ...).
 //!
 //! A small hand-written registry rather than the `prometheus` crate: half of the values
-//! are the engine's own atomics ([`kiln_generate::StatsSnapshot`]), read when scraped,
+//! are the engine's own atomics ([`kiln_engine::StatsSnapshot`]), read when scraped,
 //! which that crate would need custom collectors for; the rest are a few counters and
 //! fixed-bucket histograms that are a handful of atomics each. No locks on the hot path.
 
-use kiln_generate::StatsSnapshot;
-use kiln_host::metrics::{Histogram, ModelMetrics};
-
-use crate::gate::firewall::FirewallMetrics;
 use std::fmt::Write;
+
+use kiln_engine::StatsSnapshot;
+
+use super::{Histogram, ModelMetrics};
+use crate::{Host, ModelKind};
+
+/// Every hosted model's families, loaded or not; `now` (seconds since the epoch) stamps
+/// the LoRA info sample.
+pub fn render_host(host: &Host, now: f64) -> String {
+    let loaded: Vec<_> = host.models().iter().map(|m| (m, m.loaded())).collect();
+    let adapters = host.adapters();
+    let samples: Vec<ModelSample<'_>> = loaded
+        .iter()
+        .map(|(hosted, model)| ModelSample {
+            name: &hosted.name,
+            ready: model.is_some(),
+            memory_bytes: hosted.charge(),
+            engine: model.as_ref().and_then(|m| m.engine_stats()),
+            admitted: hosted.admission.in_flight(),
+            metrics: &hosted.metrics,
+            lora: (hosted.kind == Some(ModelKind::Generate)).then(|| LoraSample {
+                max_lora: adapters.max_loaded(),
+                running: adapters.loaded(&hosted.name),
+                waiting: adapters.loading(&hosted.name),
+                at: now,
+            }),
+        })
+        .collect();
+    render(&samples)
+}
 
 /// One model's values at scrape time.
 pub struct ModelSample<'a> {
@@ -404,49 +430,8 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
     out
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// The prompt firewall's families, labelled with its classifier's name.
-pub fn render_firewall(out: &mut String, model: &str, m: &FirewallMetrics) {
-    let score = "kiln:firewall_injection_score";
-    header(
-        out,
-        score,
-        "histogram",
-        "Injection scores of scored prompts (1 riskiest, 99 safest).",
-    );
-    histogram(out, score, model, &m.scores);
-    let latency = "kiln:firewall_latency_seconds";
-    header(
-        out,
-        latency,
-        "histogram",
-        "Time to score a prompt's text, PII and injection.",
-    );
-    histogram(out, latency, model, &m.latency);
-    let blocks = "kiln:firewall_blocks_total";
-    header(
-        out,
-        blocks,
-        "counter",
-        "Prompts refused by the firewall, by reason.",
-    );
-    sample(
-        out,
-        blocks,
-        model,
-        &[("reason", "injection")],
-        m.blocked_injection.get() as f64,
-    );
-    sample(
-        out,
-        blocks,
-        model,
-        &[("reason", "pii")],
-        m.blocked_pii.get() as f64,
-    );
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
@@ -470,7 +455,13 @@ fn family(
     }
 }
 
-fn sample(out: &mut String, name: &str, model: &str, extra: &[(&str, &str)], value: f64) {
+pub(super) fn sample(
+    out: &mut String,
+    name: &str,
+    model: &str,
+    extra: &[(&str, &str)],
+    value: f64,
+) {
     let _ = write!(out, "{name}{{model_name=\"{}\"", escape(model));
     for (k, v) in extra {
         let _ = write!(out, ",{k}=\"{}\"", escape(v));
@@ -478,7 +469,7 @@ fn sample(out: &mut String, name: &str, model: &str, extra: &[(&str, &str)], val
     let _ = writeln!(out, "}} {}", number(value));
 }
 
-fn histogram(out: &mut String, name: &str, model: &str, h: &Histogram) {
+pub(super) fn histogram(out: &mut String, name: &str, model: &str, h: &Histogram) {
     let mut cumulative = 0u64;
     for (i, c) in h.bucket_counts().enumerate() {
         cumulative += c;
