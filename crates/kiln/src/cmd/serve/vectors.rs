@@ -2,8 +2,10 @@
 //! indexes may be created on (`config.backend: "qdrant"`).
 
 use std::sync::Arc;
+#[cfg(feature = "qdrant")]
 use std::time::Duration;
 
+#[cfg(feature = "qdrant")]
 use anyhow::Context;
 use kiln_vectors::{Limits, RemoteIndexes};
 
@@ -40,7 +42,24 @@ pub struct VectorArgs {
 }
 
 /// Per call to Qdrant.
+#[cfg(feature = "qdrant")]
 const QDRANT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[cfg(feature = "qdrant")]
+fn qdrant(url: &str, key: Option<String>) -> anyhow::Result<Arc<dyn RemoteIndexes>> {
+    let q = kiln_qdrant::QdrantIndexes::connect(url, key, QDRANT_TIMEOUT)
+        .with_context(|| format!("--qdrant-url {url}"))?;
+    Ok(Arc::new(q))
+}
+
+/// Qdrant's client is an optional feature, so a default build stays small.
+#[cfg(not(feature = "qdrant"))]
+fn qdrant(_url: &str, _key: Option<String>) -> anyhow::Result<Arc<dyn RemoteIndexes>> {
+    anyhow::bail!(
+        "--qdrant-url: this kiln was built without Qdrant support; build it with \
+         `cargo build --release -p kiln --features qdrant`"
+    )
+}
 
 /// The caps, and the remote engine when one is configured.
 pub fn settings(
@@ -75,9 +94,7 @@ pub fn settings(
                 .qdrant_api_key
                 .clone()
                 .or_else(|| file.qdrant_api_key.clone());
-            let q = kiln_qdrant::QdrantIndexes::connect(&url, key, QDRANT_TIMEOUT)
-                .with_context(|| format!("--qdrant-url {url}"))?;
-            Some(Arc::new(q) as Arc<dyn RemoteIndexes>)
+            Some(qdrant(&url, key)?)
         }
     };
     Ok((limits, remote))
