@@ -17,8 +17,8 @@ use crate::pool::ThreadPool;
 const ROWS_PER_TASK: usize = 4;
 
 pub struct CpuBackend {
-    pool: ThreadPool,
-    kernels: &'static KernelTable,
+    pub(crate) pool: ThreadPool,
+    pub(crate) kernels: &'static KernelTable,
 }
 
 impl CpuBackend {
@@ -28,6 +28,12 @@ impl CpuBackend {
             pool: ThreadPool::new(threads),
             kernels,
         }
+    }
+
+    /// `threads` doing the math, with the best kernels for this CPU
+    /// ([`KernelTable::best`]).
+    pub fn detect(threads: usize) -> Self {
+        Self::new(threads, KernelTable::best())
     }
 }
 

@@ -9,20 +9,19 @@
 //!   Python, byte for byte as `scripts/fixtures/nanoguard_convert.py` does with torch.
 //!
 //! Both run many texts per forward pass (sequences packed without padding, attention
-//! kept within each), f32 throughout, with the matrix products split over a
-//! [`kiln_backend::ThreadPool`]. Both are `Send + Sync`. Inputs longer than the model
-//! accepts are an [`Error::InputTooLong`] unless the caller asks for truncation.
+//! kept within each), f32 throughout (the classifier's linear layers optionally in
+//! int8). Both are written against [`kiln_backend::EncoderBackend`], never against
+//! kernels or a thread pool, so a second backend runs them too; they default to the
+//! CPU backend ([`kiln_backend::CpuBackend`]). Both are `Send + Sync`. Inputs longer than
+//! the model accepts are an [`Error::InputTooLong`] unless the caller asks for
+//! truncation.
 
-mod attention;
 mod bert;
 mod error;
-mod gemm;
 mod json;
 mod linear;
 pub mod nanoguard;
-mod ops;
 mod qlinear;
-mod rows;
 mod threads;
 mod tokenize;
 mod weights;

@@ -1,17 +1,13 @@
-//! A PyTorch `Linear` layer over many rows at once.
+//! A PyTorch `Linear` layer's weights as read from the file, before the backend binds
+//! them: where Q, K and V are fused, and what the int8 copies are quantized from.
 
-use std::sync::Mutex;
-
-use kiln_backend::ThreadPool;
+use kiln_backend::EncoderBackend;
 
 use crate::error::Result;
-use crate::gemm::{gemm, MatMut, MatRef};
 use crate::weights::Tensors;
 
-/// Rows per pool task below which splitting a product costs more than it saves.
-const MIN_ROWS_PER_TASK: usize = 32;
-
-/// `y = x · Wᵀ + b`, with `W` stored `out_dim × in_dim` as PyTorch keeps it.
+/// `y = x · Wᵀ + b`, with `W` stored `out_dim × in_dim` as PyTorch keeps it, in host
+/// memory.
 pub(crate) struct Linear {
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
@@ -104,61 +100,16 @@ impl Linear {
         }
     }
 
-    /// `out = x · Wᵀ + b` for `rows` rows; rows are split over the pool when there are
-    /// enough of them (never inside a pool task: the pool runs one job at a time).
-    ///
-    /// # Panics
-    ///
-    /// If `x` is not `rows × in_dim` or `out` not `rows × out_dim` (an internal bug).
-    pub fn forward(&self, pool: &ThreadPool, x: &[f32], rows: usize, out: &mut [f32]) {
-        assert!(
-            x.len() == rows * self.in_dim && out.len() == rows * self.out_dim,
-            "Linear::forward: x {} and out {} for {rows} rows of {} -> {}",
-            x.len(),
-            out.len(),
-            self.in_dim,
-            self.out_dim
-        );
-        let tasks = pool.n_threads().min(rows / MIN_ROWS_PER_TASK).max(1);
-        if tasks == 1 || self.in_dim == 0 || self.out_dim == 0 {
-            self.forward_rows(x, out);
-            return;
-        }
-        let per_task = rows.div_ceil(tasks);
-        // Each task owns one block of output rows; the mutexes are never contended, they
-        // only let a shared closure hand out the disjoint `&mut` blocks.
-        let blocks: Vec<Mutex<(&[f32], &mut [f32])>> = x
-            .chunks(per_task * self.in_dim)
-            .zip(out.chunks_mut(per_task * self.out_dim))
-            .map(Mutex::new)
-            .collect();
-        pool.run(blocks.len(), |i| {
-            let mut block = blocks[i].lock().unwrap_or_else(|e| e.into_inner());
-            let (x, out) = &mut *block;
-            self.forward_rows(x, out);
-        });
-    }
-
-    /// [`Linear::forward`] on the calling thread.
-    pub fn forward_rows(&self, x: &[f32], out: &mut [f32]) {
-        let rows = x.len() / self.in_dim.max(1);
-        let w = MatRef::new(&self.weight, self.out_dim, self.in_dim).t();
-        gemm(
-            1.0,
-            MatRef::new(x, rows, self.in_dim),
-            w,
-            MatMut::new(out, rows, self.out_dim),
-        );
-        if let Some(b) = &self.bias {
-            for row in out.chunks_exact_mut(self.out_dim) {
-                kiln_kernels::ops::add_inplace(row, b);
-            }
-        }
+    /// Hands the weights to `backend` (the host copy goes with them).
+    pub fn bind<B: EncoderBackend>(self, backend: &B) -> B::Dense {
+        backend.dense(self.weight, self.bias, self.out_dim, self.in_dim)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use kiln_backend::{Backend, CpuBackend};
+
     use super::*;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -171,25 +122,32 @@ mod tests {
     }
 
     fn layer(out_dim: usize, in_dim: usize, seed: u32) -> Linear {
-        Linear {
-            weight: data(out_dim * in_dim, seed),
-            bias: Some(data(out_dim, seed + 1)),
+        Linear::from_parts(
+            data(out_dim * in_dim, seed),
+            Some(data(out_dim, seed + 1)),
             in_dim,
             out_dim,
-        }
+        )
+    }
+
+    /// Runs `l` over `x` on a CPU backend of `threads`.
+    fn run(l: Linear, x: &[f32], rows: usize, threads: usize) -> Vec<f32> {
+        let b = CpuBackend::detect(threads);
+        let out_dim = l.out_dim;
+        let w = l.bind(&b);
+        let mut out = Vec::new();
+        b.reserve(&mut out, rows * out_dim);
+        b.dense_forward(&w, &x.to_vec(), rows, &mut out);
+        out
     }
 
     #[test]
-    fn split_rows_and_fused_layers_give_the_same_results() {
+    fn fused_layers_give_the_same_results_as_their_parts() {
         let (rows, inp) = (150, 24);
         let x = data(rows * inp, 3);
-        let (a, b) = (layer(9, inp, 10), layer(5, inp, 20));
-        let mut one = vec![0f32; rows * 9];
-        let mut many = vec![0f32; rows * 9];
-        a.forward(&ThreadPool::new(1), &x, rows, &mut one);
-        a.forward(&ThreadPool::new(3), &x, rows, &mut many);
-        assert_eq!(one, many);
+        let one = run(layer(9, inp, 10), &x, rows, 1);
         let r = 77;
+        let a = layer(9, inp, 10);
         for j in 0..9 {
             let want: f32 = (0..inp)
                 .map(|p| x[r * inp + p] * a.weight[j * inp + p])
@@ -197,11 +155,9 @@ mod tests {
                 + a.bias.as_ref().map_or(0.0, |b| b[j]);
             assert!((one[r * 9 + j] - want).abs() < 1e-4);
         }
-        let mut b_out = vec![0f32; rows * 5];
-        b.forward_rows(&x, &mut b_out);
-        let fused = Linear::concat(vec![a, b]);
-        let mut both = vec![0f32; rows * 14];
-        fused.forward(&ThreadPool::new(2), &x, rows, &mut both);
+        let b_out = run(layer(5, inp, 20), &x, rows, 3);
+        let fused = Linear::concat(vec![layer(9, inp, 10), layer(5, inp, 20)]);
+        let both = run(fused, &x, rows, 2);
         for r in 0..rows {
             assert_eq!(both[r * 14..r * 14 + 9], one[r * 9..r * 9 + 9]);
             assert_eq!(both[r * 14 + 9..r * 14 + 14], b_out[r * 5..r * 5 + 5]);

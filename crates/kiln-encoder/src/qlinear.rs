@@ -1,60 +1,47 @@
 //! A linear layer in int8 for the classifier's fast path: its weights quantized once to
 //! q8_0 (blocks of 32 int8 values with an f16 scale, ggml's layout, which q8_0
-//! activations share) and multiplied by the engine's own matmul, whose packed kernels
-//! use VNNI where the CPU has it, against activations quantized per row the same way.
-//! About four times less memory traffic and several times the throughput of the f32
-//! GEMM, for scores that move by a few thousandths (see the reference test).
+//! activations share) and multiplied by the backend's quantized matmul (on the CPU, the
+//! engine's packed kernels, VNNI where the CPU has it), against activations quantized
+//! per row the same way. About four times less memory traffic and several times the
+//! throughput of the f32 GEMM, for scores that move by a few thousandths (see the
+//! reference test).
 
-use kiln_backend::{matmul, MatmulScratch, QMatrix, ThreadPool, WeightBytes};
-use kiln_kernels::{ActType, KernelTable, WeightType};
+use kiln_backend::{EncoderBackend, MatmulInput, WeightMatrix};
 
 use crate::linear::Linear;
 
-pub(crate) struct QLinear {
-    w: QMatrix,
-    bias: Option<Vec<f32>>,
-    kt: &'static KernelTable,
+pub(crate) struct QLinear<B: EncoderBackend> {
+    w: B::Matrix,
+    bias: Option<B::Vector>,
 }
 
-impl QLinear {
-    /// `l` in q8_0, packed for this CPU's kernels; `None` when its input width is not a
-    /// whole number of 32-value blocks.
-    pub fn from_linear(l: &Linear, pool: &ThreadPool) -> Option<Self> {
-        let kt = KernelTable::best();
+impl<B: EncoderBackend> QLinear<B> {
+    /// `l` in q8_0, prepared for `backend`'s kernels; `None` when its input width is not
+    /// a whole number of 32-value blocks.
+    pub fn from_linear(l: &Linear, backend: &B) -> Option<Self> {
         let (out_dim, in_dim) = l.dims();
-        let row_bytes = WeightType::Q8_0.row_bytes(in_dim)?;
-        let quantize = kt.quantize(ActType::Q8_0);
-        let mut bytes = vec![0u8; row_bytes.checked_mul(out_dim)?];
-        for (row, dst) in l
-            .weight()
-            .chunks_exact(in_dim)
-            .zip(bytes.chunks_exact_mut(row_bytes))
-        {
-            quantize(row, dst);
-        }
-        let mut w = QMatrix::new(WeightType::Q8_0, out_dim, in_dim, WeightBytes::Owned(bytes))?;
-        w.pack(kt, pool);
+        let mut w = backend.quantize_q8_0(l.weight(), out_dim, in_dim)?;
+        backend.prepare(&mut w);
         Some(Self {
             w,
-            bias: l.bias().map(<[f32]>::to_vec),
-            kt,
+            bias: l.bias().map(|b| backend.vector(b.to_vec())),
         })
     }
 
-    /// `out = x · Wᵀ + b` for `rows` rows, over `pool`.
-    pub fn forward(&self, pool: &ThreadPool, x: &[f32], rows: usize, out: &mut [f32]) {
-        let mut scratch = MatmulScratch::new();
-        matmul(pool, self.kt, &self.w, x, rows, out, &mut scratch);
+    /// `out = x · Wᵀ + b` for `rows` rows.
+    pub fn forward(&self, backend: &B, x: &B::Activations, rows: usize, out: &mut B::Activations) {
+        let mut scratch = B::MatmulScratch::default();
+        backend.matmul(&self.w, x, rows, out, &mut scratch, MatmulInput::New);
         if let Some(b) = &self.bias {
-            for row in out.chunks_exact_mut(self.w.rows) {
-                kiln_kernels::ops::add_inplace(row, b);
-            }
+            backend.add_bias(out, b, rows, self.w.rows());
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use kiln_backend::{Backend, CpuBackend};
+
     use super::*;
 
     #[test]
@@ -70,11 +57,13 @@ mod tests {
             inp,
             outp,
         );
-        let pool = ThreadPool::new(2);
-        let q = QLinear::from_linear(&l, &pool).expect("q8_0");
-        let (mut want, mut got) = (vec![0f32; rows * outp], vec![0f32; rows * outp]);
-        l.forward(&pool, &x, rows, &mut want);
-        q.forward(&pool, &x, rows, &mut got);
+        let b = CpuBackend::detect(2);
+        let q = QLinear::from_linear(&l, &b).expect("q8_0");
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        b.reserve(&mut want, rows * outp);
+        b.reserve(&mut got, rows * outp);
+        b.dense_forward(&l.bind(&b), &x, rows, &mut want);
+        q.forward(&b, &x, rows, &mut got);
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);
         let worst = want
             .iter()

@@ -1,8 +1,8 @@
-//! The worker pool an encoder runs on.
+//! The backend an encoder runs on when its caller names none.
 
-use kiln_backend::ThreadPool;
+use kiln_backend::CpuBackend;
 
-/// A pool with one thread per available core (the caller counted as one).
-pub(crate) fn default_pool() -> ThreadPool {
-    ThreadPool::new(std::thread::available_parallelism().map_or(1, usize::from))
+/// The CPU backend with one thread per available core (the caller counted as one).
+pub(crate) fn default_backend() -> CpuBackend {
+    CpuBackend::detect(std::thread::available_parallelism().map_or(1, usize::from))
 }

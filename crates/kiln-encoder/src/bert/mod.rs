@@ -7,12 +7,10 @@ mod model;
 
 use std::path::{Path, PathBuf};
 
-use kiln_backend::ThreadPool;
+use kiln_backend::{CpuBackend, EncoderBackend, RowSpan};
 
-use crate::attention::Span;
 use crate::error::{Error, Result};
-use crate::ops::l2_normalize;
-use crate::threads::default_pool;
+use crate::threads::default_backend;
 use crate::tokenize::{TextTokenizer, Tokens};
 use crate::weights::Tensors;
 use config::EmbedderConfig;
@@ -25,19 +23,20 @@ const MAX_ROWS_PER_FORWARD: usize = 4096;
 /// Files [`Embedder::load`] needs in the model directory.
 const REQUIRED_FILES: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
 
-/// A loaded sentence-embedding model. `Send + Sync`: one instance serves concurrent
-/// callers (their passes take turns on its worker pool).
-pub struct Embedder {
-    model: BertModel,
+/// A loaded sentence-embedding model, on backend `B` (the CPU unless loaded with
+/// [`Embedder::with_backend`]). `Send + Sync`: one instance serves concurrent callers
+/// (on the CPU their passes take turns on its worker pool).
+pub struct Embedder<B: EncoderBackend = CpuBackend> {
+    model: BertModel<B>,
     tokenizer: TextTokenizer,
-    pool: ThreadPool,
+    backend: B,
     dir: PathBuf,
     max_tokens: usize,
     normalize: bool,
     dim: usize,
 }
 
-impl std::fmt::Debug for Embedder {
+impl<B: EncoderBackend> std::fmt::Debug for Embedder<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedder")
             .field("dir", &self.dir)
@@ -64,11 +63,26 @@ impl Embeddings {
     }
 }
 
-impl Embedder {
+impl Embedder<CpuBackend> {
     /// Loads a sentence-transformers BERT directory: `config.json`, `model.safetensors`
-    /// and `tokenizer.json`, plus the pipeline files when present. Uses one worker per
-    /// available core.
+    /// and `tokenizer.json`, plus the pipeline files when present. Runs on the CPU with
+    /// one worker per available core.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::with_backend(dir, default_backend())
+    }
+
+    /// Replaces the CPU backend with one of `n_threads` threads (the caller included).
+    #[must_use]
+    pub fn with_threads(mut self, n_threads: usize) -> Self {
+        self.backend = CpuBackend::detect(n_threads);
+        self
+    }
+}
+
+impl<B: EncoderBackend> Embedder<B> {
+    /// [`Embedder::load`] on `backend`: the weights are bound in its memory and every
+    /// forward pass runs on it.
+    pub fn with_backend(dir: impl AsRef<Path>, backend: B) -> Result<Self> {
         let dir = dir.as_ref();
         let missing: Vec<&str> = REQUIRED_FILES
             .into_iter()
@@ -82,23 +96,17 @@ impl Embedder {
         }
         let cfg = EmbedderConfig::load(dir)?;
         let tokenizer = TextTokenizer::load(&dir.join("tokenizer.json"), false)?;
-        let model = BertModel::load(Tensors::open(&dir.join("model.safetensors"))?, &cfg.bert)?;
+        let tensors = Tensors::open(&dir.join("model.safetensors"))?;
+        let model = BertModel::load(tensors, &cfg.bert, &backend)?;
         Ok(Self {
             model,
             tokenizer,
-            pool: default_pool(),
+            backend,
             dir: dir.to_path_buf(),
             max_tokens: cfg.max_tokens,
             normalize: cfg.normalize,
             dim: cfg.bert.hidden_size,
         })
-    }
-
-    /// Replaces the worker pool with one of `n_threads` threads (the caller included).
-    #[must_use]
-    pub fn with_threads(mut self, n_threads: usize) -> Self {
-        self.pool = ThreadPool::new(n_threads);
-        self
     }
 
     /// Floats per embedding.
@@ -188,22 +196,15 @@ impl Embedder {
         let mut ids = Vec::new();
         let mut spans = Vec::with_capacity(batch.len());
         for t in batch {
-            spans.push(Span {
+            spans.push(RowSpan {
                 start: ids.len(),
                 len: t.ids.len(),
             });
             ids.extend_from_slice(&t.ids);
         }
-        let pooled = self.model.forward(&self.pool, &ids, &spans);
-        pooled
-            .chunks_exact(self.dim)
-            .map(|v| {
-                let mut v = v.to_vec();
-                if self.normalize {
-                    l2_normalize(&mut v);
-                }
-                v
-            })
-            .collect()
+        let pooled = self
+            .model
+            .forward(&self.backend, &ids, &spans, self.normalize);
+        pooled.chunks_exact(self.dim).map(<[f32]>::to_vec).collect()
     }
 }

@@ -1,59 +1,54 @@
 //! BERT's encoder stack (post-norm), run over a flat batch of packed sequences.
 
-use kiln_backend::ThreadPool;
+use kiln_backend::{EncoderActivation, EncoderBackend, Heads, RowSpan};
 
-use crate::attention::{attention, Heads, Span};
 use crate::bert::config::BertConfig;
 use crate::error::Result;
 use crate::linear::Linear;
-use crate::ops::{gelu_erf_inplace, layer_norm, mean_rows};
-use crate::rows::for_each_row_block;
 use crate::weights::Tensors;
 
 /// A `LayerNorm`'s parameters.
-struct Norm {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
+struct Norm<B: EncoderBackend> {
+    weight: B::Vector,
+    bias: B::Vector,
 }
 
-impl Norm {
-    fn load(t: &Tensors, prefix: &str, dim: usize) -> Result<Self> {
+impl<B: EncoderBackend> Norm<B> {
+    fn load(t: &Tensors, prefix: &str, dim: usize, b: &B) -> Result<Self> {
         Ok(Self {
-            weight: t.f32(&format!("{prefix}.weight"), &[dim])?,
-            bias: t.f32(&format!("{prefix}.bias"), &[dim])?,
+            weight: b.vector(t.f32(&format!("{prefix}.weight"), &[dim])?),
+            bias: b.vector(t.f32(&format!("{prefix}.bias"), &[dim])?),
         })
     }
 
-    fn apply_rows(&self, x: &mut [f32], eps: f32) {
-        for row in x.chunks_exact_mut(self.weight.len()) {
-            layer_norm(row, &self.weight, &self.bias, eps);
-        }
+    fn apply_rows(&self, b: &B, x: &mut B::Activations, eps: f32, rows: usize, dim: usize) {
+        b.layer_norm(x, &self.weight, &self.bias, eps, rows, dim);
     }
 }
 
-struct Layer {
+struct Layer<B: EncoderBackend> {
     /// Query, key and value projections fused into one `3·d × d` product.
-    qkv: Linear,
-    attn_out: Linear,
-    attn_norm: Norm,
-    intermediate: Linear,
-    output: Linear,
-    output_norm: Norm,
+    qkv: B::Dense,
+    attn_out: B::Dense,
+    attn_norm: Norm<B>,
+    intermediate: B::Dense,
+    output: B::Dense,
+    output_norm: Norm<B>,
 }
 
-/// BERT weights, f32.
-pub(crate) struct BertModel {
+/// BERT weights, f32, in the backend's memory.
+pub(crate) struct BertModel<B: EncoderBackend> {
     cfg: BertConfig,
-    word: Vec<f32>,
-    position: Vec<f32>,
+    word: B::Vector,
+    position: B::Vector,
     /// Row 0 of the token-type table: every input is a single segment.
-    token_type0: Vec<f32>,
-    embed_norm: Norm,
-    layers: Vec<Layer>,
+    token_type0: B::Vector,
+    embed_norm: Norm<B>,
+    layers: Vec<Layer<B>>,
 }
 
-impl BertModel {
-    pub fn load(t: Tensors, cfg: &BertConfig) -> Result<Self> {
+impl<B: EncoderBackend> BertModel<B> {
+    pub fn load(t: Tensors, cfg: &BertConfig, b: &B) -> Result<Self> {
         let t = t.with_prefix_if_needed("embeddings.word_embeddings.weight", "bert.");
         let d = cfg.hidden_size;
         let mut token_type0 = t.f32(
@@ -67,34 +62,37 @@ impl BertModel {
             let proj =
                 |name: &str| Linear::load(&t, &format!("{p}.attention.self.{name}"), d, d, true);
             layers.push(Layer {
-                qkv: Linear::concat(vec![proj("query")?, proj("key")?, proj("value")?]),
-                attn_out: Linear::load(&t, &format!("{p}.attention.output.dense"), d, d, true)?,
-                attn_norm: Norm::load(&t, &format!("{p}.attention.output.LayerNorm"), d)?,
+                qkv: Linear::concat(vec![proj("query")?, proj("key")?, proj("value")?]).bind(b),
+                attn_out: Linear::load(&t, &format!("{p}.attention.output.dense"), d, d, true)?
+                    .bind(b),
+                attn_norm: Norm::load(&t, &format!("{p}.attention.output.LayerNorm"), d, b)?,
                 intermediate: Linear::load(
                     &t,
                     &format!("{p}.intermediate.dense"),
                     cfg.intermediate_size,
                     d,
                     true,
-                )?,
+                )?
+                .bind(b),
                 output: Linear::load(
                     &t,
                     &format!("{p}.output.dense"),
                     d,
                     cfg.intermediate_size,
                     true,
-                )?,
-                output_norm: Norm::load(&t, &format!("{p}.output.LayerNorm"), d)?,
+                )?
+                .bind(b),
+                output_norm: Norm::load(&t, &format!("{p}.output.LayerNorm"), d, b)?,
             });
         }
         Ok(Self {
-            word: t.f32("embeddings.word_embeddings.weight", &[cfg.vocab_size, d])?,
-            position: t.f32(
+            word: b.vector(t.f32("embeddings.word_embeddings.weight", &[cfg.vocab_size, d])?),
+            position: b.vector(t.f32(
                 "embeddings.position_embeddings.weight",
                 &[cfg.max_position_embeddings, d],
-            )?,
-            token_type0,
-            embed_norm: Norm::load(&t, "embeddings.LayerNorm", d)?,
+            )?),
+            token_type0: b.vector(token_type0),
+            embed_norm: Norm::load(&t, "embeddings.LayerNorm", d, b)?,
             layers,
             cfg: cfg.clone(),
         })
@@ -104,55 +102,65 @@ impl BertModel {
         self.cfg.vocab_size
     }
 
-    /// Mean-pooled last hidden states, one `hidden_size` row per span.
+    /// Mean-pooled last hidden states, one `hidden_size` row per span, L2-normalised
+    /// when `normalize`.
     ///
     /// `ids` holds the spans' tokens back to back; every id must be below `vocab_size`
     /// and every span at most `max_position_embeddings` long (the caller checks both).
-    pub fn forward(&self, pool: &ThreadPool, ids: &[u32], spans: &[Span]) -> Vec<f32> {
+    pub fn forward(&self, b: &B, ids: &[u32], spans: &[RowSpan], normalize: bool) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let eps = self.cfg.layer_norm_eps;
         let rows = ids.len();
-        let mut h = vec![0f32; rows * d];
+        let buffer = |len: usize| {
+            let mut a = B::Activations::default();
+            b.reserve(&mut a, len);
+            a
+        };
+        // Each row's position inside its own span.
+        let mut positions = vec![0u32; rows];
         for span in spans {
-            for p in 0..span.len {
-                let r = span.start + p;
-                let id = ids[r] as usize;
-                let out = &mut h[r * d..(r + 1) * d];
-                out.copy_from_slice(&self.word[id * d..(id + 1) * d]);
-                kiln_kernels::ops::add_inplace(out, &self.position[p * d..(p + 1) * d]);
-                kiln_kernels::ops::add_inplace(out, &self.token_type0);
+            for (p, pos) in positions[span.start..span.start + span.len]
+                .iter_mut()
+                .enumerate()
+            {
+                *pos = p as u32;
             }
         }
-        self.embed_norm.apply_rows(&mut h, eps);
+        let mut h = buffer(rows * d);
+        b.lookup_rows(&self.word, d, ids, &mut h);
+        b.add_lookup_rows(&self.position, d, &positions, &mut h);
+        b.add_bias(&mut h, &self.token_type0, rows, d);
+        self.embed_norm.apply_rows(b, &mut h, eps, rows, d);
 
         let heads = Heads {
             n_heads: self.cfg.num_attention_heads,
             head_dim: self.cfg.head_dim(),
         };
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
-        let mut qkv = vec![0f32; rows * 3 * d];
-        let mut ctx = vec![0f32; rows * d];
-        let mut tmp = vec![0f32; rows * d];
-        let mut inter = vec![0f32; rows * self.cfg.intermediate_size];
+        let all: Vec<usize> = spans.iter().map(|s| s.len).collect();
+        let inter_dim = self.cfg.intermediate_size;
+        let mut qkv = buffer(rows * 3 * d);
+        let mut ctx = buffer(rows * d);
+        let mut tmp = buffer(rows * d);
+        let mut inter = buffer(rows * inter_dim);
         for layer in &self.layers {
-            layer.qkv.forward(pool, &h, rows, &mut qkv);
-            attention(pool, &qkv, spans, heads, scale, &mut ctx);
-            layer.attn_out.forward(pool, &ctx, rows, &mut tmp);
-            kiln_kernels::ops::add_inplace(&mut h, &tmp);
-            layer.attn_norm.apply_rows(&mut h, eps);
-            layer.intermediate.forward(pool, &h, rows, &mut inter);
-            for_each_row_block(pool, &mut inter, self.cfg.intermediate_size, |_, block| {
-                gelu_erf_inplace(block);
-            });
-            layer.output.forward(pool, &inter, rows, &mut tmp);
-            kiln_kernels::ops::add_inplace(&mut h, &tmp);
-            layer.output_norm.apply_rows(&mut h, eps);
+            b.dense_forward(&layer.qkv, &h, rows, &mut qkv);
+            b.bidirectional_attention(&qkv, rows, spans, &all, heads, scale, &mut ctx);
+            b.dense_forward(&layer.attn_out, &ctx, rows, &mut tmp);
+            b.add_rows(&mut h, &tmp, rows, d);
+            layer.attn_norm.apply_rows(b, &mut h, eps, rows, d);
+            b.dense_forward(&layer.intermediate, &h, rows, &mut inter);
+            b.activation(&mut inter, rows, inter_dim, EncoderActivation::GeluErf);
+            b.dense_forward(&layer.output, &inter, rows, &mut tmp);
+            b.add_rows(&mut h, &tmp, rows, d);
+            layer.output_norm.apply_rows(b, &mut h, eps, rows, d);
         }
 
-        let mut pooled = vec![0f32; spans.len() * d];
-        for (span, out) in spans.iter().zip(pooled.chunks_exact_mut(d)) {
-            mean_rows(&h[span.start * d..(span.start + span.len) * d], d, out);
+        let mut pooled = buffer(spans.len() * d);
+        b.mean_pool(&h, spans, d, &mut pooled);
+        if normalize {
+            b.l2_normalize(&mut pooled, spans.len(), d);
         }
-        pooled
+        b.host(&mut pooled, spans.len() * d).to_vec()
     }
 }

@@ -17,11 +17,11 @@ mod tiktoken;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use kiln_backend::ThreadPool;
+use kiln_backend::{CpuBackend, EncoderBackend};
 
 use crate::error::{Error, Result};
 use crate::json;
-use crate::threads::default_pool;
+use crate::threads::default_backend;
 use crate::tokenize::{TextTokenizer, Tokens};
 use crate::weights::Tensors;
 use config::NanoGuardConfig;
@@ -71,17 +71,18 @@ impl Classification {
     }
 }
 
-/// A loaded NanoGuard classifier. `Send + Sync`: one instance serves concurrent callers.
-pub struct Classifier {
-    model: NanoGuardModel,
+/// A loaded NanoGuard classifier, on backend `B` (the CPU unless loaded with
+/// [`Classifier::with_backend`]). `Send + Sync`: one instance serves concurrent callers.
+pub struct Classifier<B: EncoderBackend = CpuBackend> {
+    model: NanoGuardModel<B>,
     tokenizer: TextTokenizer,
-    pool: ThreadPool,
+    backend: B,
     /// Forward-pass buffers, one per concurrent caller.
-    scratch: Mutex<Vec<Scratch>>,
+    scratch: Mutex<Vec<Scratch<B>>>,
     dir: PathBuf,
 }
 
-impl std::fmt::Debug for Classifier {
+impl<B: EncoderBackend> std::fmt::Debug for Classifier<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Classifier")
             .field("dir", &self.dir)
@@ -91,11 +92,28 @@ impl std::fmt::Debug for Classifier {
     }
 }
 
-impl Classifier {
+impl Classifier<CpuBackend> {
     /// Loads the converted model in `dir`, first converting the package's `model.pt` and
     /// `tokenizer.pkl` there when they are present and the conversion is missing or
-    /// stale ([`is_converted`]). The first load needs `dir` to be writable.
+    /// stale ([`is_converted`]). The first load needs `dir` to be writable. Runs on the
+    /// CPU with one worker per available core.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::with_backend(dir, default_backend())
+    }
+
+    /// Replaces the CPU backend with one of `n_threads` threads (the caller included).
+    /// The int8 weights stay as they were prepared: the kernels are the same.
+    #[must_use]
+    pub fn with_threads(mut self, n_threads: usize) -> Self {
+        self.backend = CpuBackend::detect(n_threads);
+        self
+    }
+}
+
+impl<B: EncoderBackend> Classifier<B> {
+    /// [`Classifier::load`] on `backend`: the weights are bound in its memory and every
+    /// forward pass runs on it.
+    pub fn with_backend(dir: impl AsRef<Path>, backend: B) -> Result<Self> {
         let dir = dir.as_ref();
         let sources_present = SOURCES.iter().all(|s| dir.join(s.file).is_file());
         if sources_present && !is_converted(dir) {
@@ -136,18 +154,17 @@ impl Classifier {
             }
         }
         let tensors = Tensors::open(&dir.join("model.safetensors"))?;
-        let pool = default_pool();
-        let model = NanoGuardModel::load(&tensors, &cfg, &pool)?;
+        let model = NanoGuardModel::load(&tensors, &cfg, &backend)?;
         Ok(Self {
             model,
             tokenizer,
-            pool,
+            backend,
             scratch: Mutex::new(Vec::new()),
             dir: dir.to_path_buf(),
         })
     }
 
-    fn take_scratch(&self) -> Scratch {
+    fn take_scratch(&self) -> Scratch<B> {
         self.scratch
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -155,18 +172,11 @@ impl Classifier {
             .unwrap_or_default()
     }
 
-    fn give_scratch(&self, s: Scratch) {
+    fn give_scratch(&self, s: Scratch<B>) {
         self.scratch
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(s);
-    }
-
-    /// Replaces the worker pool with one of `n_threads` threads (the caller included).
-    #[must_use]
-    pub fn with_threads(mut self, n_threads: usize) -> Self {
-        self.pool = ThreadPool::new(n_threads);
-        self
     }
 
     /// Class names, by the model's logit index.
@@ -278,7 +288,7 @@ impl Classifier {
             let mut scratch = self.take_scratch();
             let probs = self
                 .model
-                .forward(&self.pool, &ids, &n_real, p, &mut scratch);
+                .forward(&self.backend, &ids, &n_real, p, &mut scratch);
             self.give_scratch(scratch);
             for (t, p) in batch.iter().zip(probs.chunks_exact(cfg.num_classes)) {
                 let mut scores: Vec<LabelScore> = cfg

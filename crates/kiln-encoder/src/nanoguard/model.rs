@@ -12,15 +12,12 @@
 //! pooling skips them); and the RoPE tables are rounded to bf16, as the model keeps them.
 
 use half::bf16;
-use kiln_backend::ThreadPool;
+use kiln_backend::{EncoderActivation, EncoderBackend, Heads, RopeTables, RowCopy, RowSpan};
 
 use super::config::NanoGuardConfig;
-use crate::attention::{attention, attention_queries, Heads, Span};
 use crate::error::Result;
 use crate::linear::Linear;
-use crate::ops::{layer_norm, mean_rows, relu_squared_inplace, rms_norm};
 use crate::qlinear::QLinear;
-use crate::rows::for_each_row_block;
 use crate::weights::Tensors;
 
 /// `torch.finfo(torch.float32).eps`: `F.rms_norm`'s eps when none is given.
@@ -28,14 +25,14 @@ const RMS_EPS: f32 = f32::EPSILON;
 /// `nn.LayerNorm`'s default eps.
 const LAYER_NORM_EPS: f32 = 1e-5;
 
-struct Block {
+struct Block<B: EncoderBackend> {
     /// `c_q`, `c_k`, `c_v` fused.
-    qkv: Linear,
-    attn_proj: Linear,
-    fc: Linear,
-    mlp_proj: Linear,
+    qkv: B::Dense,
+    attn_proj: B::Dense,
+    fc: B::Dense,
+    mlp_proj: B::Dense,
     /// The same four in int8, for [`Precision::Int8`].
-    int8: Option<[QLinear; 4]>,
+    int8: Option<[QLinear<B>; 4]>,
 }
 
 /// How the block's linear layers are computed.
@@ -49,42 +46,59 @@ pub enum Precision {
     Int8,
 }
 
-impl Block {
-    /// Layer `i` (qkv, attn_proj, fc, mlp_proj) at `p`.
+impl<B: EncoderBackend> Block<B> {
+    /// Layer `i` (qkv, attn_proj, fc, mlp_proj) at `p`, for the first `rows` rows.
     fn project(
         &self,
         i: usize,
         p: Precision,
-        pool: &ThreadPool,
-        x: &[f32],
+        b: &B,
+        x: &B::Activations,
         rows: usize,
-        out: &mut [f32],
+        out: &mut B::Activations,
     ) {
         match (&self.int8, p) {
-            (Some(q), Precision::Int8) => q[i].forward(pool, x, rows, out),
-            _ => [&self.qkv, &self.attn_proj, &self.fc, &self.mlp_proj][i]
-                .forward(pool, x, rows, out),
+            (Some(q), Precision::Int8) => q[i].forward(b, x, rows, out),
+            _ => b.dense_forward(
+                [&self.qkv, &self.attn_proj, &self.fc, &self.mlp_proj][i],
+                x,
+                rows,
+                out,
+            ),
         }
     }
 }
 
 /// A forward pass's buffers, kept between passes: allocating them afresh cost page
 /// faults and clearing on every call.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    x: Vec<f32>,
-    x0: Vec<f32>,
-    xn: Vec<f32>,
-    qkv: Vec<f32>,
-    ctx: Vec<f32>,
-    tmp: Vec<f32>,
-    hidden: Vec<f32>,
+pub(crate) struct Scratch<B: EncoderBackend> {
+    x: B::Activations,
+    x0: B::Activations,
+    xn: B::Activations,
+    qkv: B::Activations,
+    ctx: B::Activations,
+    tmp: B::Activations,
+    hidden: B::Activations,
 }
 
-impl Scratch {
-    /// Sizes every buffer for `rows` rows of width `d` (contents are overwritten by
+impl<B: EncoderBackend> Default for Scratch<B> {
+    fn default() -> Self {
+        Self {
+            x: Default::default(),
+            x0: Default::default(),
+            xn: Default::default(),
+            qkv: Default::default(),
+            ctx: Default::default(),
+            tmp: Default::default(),
+            hidden: Default::default(),
+        }
+    }
+}
+
+impl<B: EncoderBackend> Scratch<B> {
+    /// Grows every buffer to hold `rows` rows of width `d` (contents are overwritten by
     /// each stage before they are read).
-    fn fit(&mut self, rows: usize, d: usize) {
+    fn fit(&mut self, b: &B, rows: usize, d: usize) {
         for (buf, width) in [
             (&mut self.x, d),
             (&mut self.x0, d),
@@ -94,27 +108,27 @@ impl Scratch {
             (&mut self.tmp, d),
             (&mut self.hidden, 4 * d),
         ] {
-            buf.resize(rows * width, 0.0);
+            b.reserve(buf, rows * width);
         }
     }
 }
 
-pub(crate) struct NanoGuardModel {
+pub(crate) struct NanoGuardModel<B: EncoderBackend> {
     cfg: NanoGuardConfig,
-    wte: Vec<f32>,
-    blocks: Vec<Block>,
+    wte: B::Vector,
+    blocks: Vec<Block<B>>,
     resid_lambdas: Vec<f32>,
     x0_lambdas: Vec<f32>,
-    cls_norm_weight: Vec<f32>,
-    cls_norm_bias: Vec<f32>,
-    cls_head: Linear,
+    cls_norm_weight: B::Vector,
+    cls_norm_bias: B::Vector,
+    cls_head: B::Dense,
     /// `cos` and `sin` of each position's rotation angles, `sequence_len × head_dim/2`.
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    rope_cos: B::Vector,
+    rope_sin: B::Vector,
 }
 
-impl NanoGuardModel {
-    pub fn load(t: &Tensors, cfg: &NanoGuardConfig, pool: &ThreadPool) -> Result<Self> {
+impl<B: EncoderBackend> NanoGuardModel<B> {
+    pub fn load(t: &Tensors, cfg: &NanoGuardConfig, b: &B) -> Result<Self> {
         let d = cfg.n_embd;
         let blocks = (0..cfg.n_layer)
             .map(|i| {
@@ -130,31 +144,31 @@ impl NanoGuardModel {
                 let attn_proj = lin("attn.c_proj", d, d)?;
                 let fc = lin("mlp.c_fc", 4 * d, d)?;
                 let mlp_proj = lin("mlp.c_proj", d, 4 * d)?;
-                let q = |l: &Linear| QLinear::from_linear(l, pool);
+                let q = |l: &Linear| QLinear::from_linear(l, b);
                 let int8 = match (q(&qkv), q(&attn_proj), q(&fc), q(&mlp_proj)) {
-                    (Some(a), Some(b), Some(c), Some(e)) => Some([a, b, c, e]),
+                    (Some(a), Some(c), Some(e), Some(f)) => Some([a, c, e, f]),
                     _ => None,
                 };
                 Ok(Block {
-                    qkv,
-                    attn_proj,
-                    fc,
-                    mlp_proj,
+                    qkv: qkv.bind(b),
+                    attn_proj: attn_proj.bind(b),
+                    fc: fc.bind(b),
+                    mlp_proj: mlp_proj.bind(b),
                     int8,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let (rope_cos, rope_sin) = rope_tables(cfg.sequence_len, cfg.head_dim(), cfg.rope_base);
         Ok(Self {
-            wte: t.f32("transformer.wte.weight", &[cfg.vocab_size, d])?,
+            wte: b.vector(t.f32("transformer.wte.weight", &[cfg.vocab_size, d])?),
             blocks,
             resid_lambdas: t.f32("resid_lambdas", &[cfg.n_layer])?,
             x0_lambdas: t.f32("x0_lambdas", &[cfg.n_layer])?,
-            cls_norm_weight: t.f32("cls_norm.weight", &[d])?,
-            cls_norm_bias: t.f32("cls_norm.bias", &[d])?,
-            cls_head: Linear::load(t, "cls_head", cfg.num_classes, d, true)?,
-            rope_cos,
-            rope_sin,
+            cls_norm_weight: b.vector(t.f32("cls_norm.weight", &[d])?),
+            cls_norm_bias: b.vector(t.f32("cls_norm.bias", &[d])?),
+            cls_head: Linear::load(t, "cls_head", cfg.num_classes, d, true)?.bind(b),
+            rope_cos: b.vector(rope_cos),
+            rope_sin: b.vector(rope_sin),
             cfg: cfg.clone(),
         })
     }
@@ -165,23 +179,23 @@ impl NanoGuardModel {
     /// Ids must be below `vocab_size` (the caller checks).
     pub fn forward(
         &self,
-        pool: &ThreadPool,
+        b: &B,
         ids: &[u32],
         n_real: &[usize],
         p: Precision,
-        s: &mut Scratch,
+        s: &mut Scratch<B>,
     ) -> Vec<f32> {
         let d = self.cfg.n_embd;
         let t = self.cfg.sequence_len;
         let rows = ids.len();
-        let spans: Vec<Span> = (0..n_real.len())
-            .map(|i| Span {
+        let spans: Vec<RowSpan> = (0..n_real.len())
+            .map(|i| RowSpan {
                 start: i * t,
                 len: t,
             })
             .collect();
 
-        s.fit(rows, d);
+        s.fit(b, rows, d);
         let Scratch {
             x,
             x0,
@@ -191,89 +205,83 @@ impl NanoGuardModel {
             tmp,
             hidden,
         } = s;
-        for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
-            let id = id as usize;
-            row.copy_from_slice(&self.wte[id * d..(id + 1) * d]);
-            rms_norm(row, RMS_EPS);
-        }
-        x0.copy_from_slice(x);
+        b.lookup_rows(&self.wte, d, ids, xn);
+        b.plain_rms_norm(xn, x, RMS_EPS, rows, d);
+        b.copy(x, x0, rows * d);
         let heads = Heads {
             n_heads: self.cfg.n_head,
             head_dim: self.cfg.head_dim(),
         };
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
+        let all: Vec<usize> = spans.iter().map(|s| s.len).collect();
         // Real rows per input (BOS at least): after the last layer only they are read.
         let real: Vec<usize> = n_real.iter().map(|&n| n.clamp(1, t)).collect();
         let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
-            let (a, b) = (self.resid_lambdas[i], self.x0_lambdas[i]);
-            for (v, &v0) in x.iter_mut().zip(x0.iter()) {
-                *v = a * *v + b * v0;
-            }
-            normed_rows(x, xn, d);
+            b.mix(x, self.resid_lambdas[i], x0, self.x0_lambdas[i], rows * d);
+            b.plain_rms_norm(x, xn, RMS_EPS, rows, d);
             if i == 0 {
-                self.first_qkv(block, p, pool, xn, &spans, &real, qkv);
+                self.first_qkv(block, p, b, xn, rows, &spans, &real, qkv);
             } else {
-                block.project(0, p, pool, xn, rows, qkv);
+                block.project(0, p, b, xn, rows, qkv);
             }
-            for_each_row_block(pool, qkv, 3 * d, |first, block| {
-                for (r, row) in block.chunks_exact_mut(3 * d).enumerate() {
-                    let pos = (first + r) % t;
-                    // Queries and keys: rotate, then RMS-normalise each head.
-                    for head in row[..2 * d].chunks_exact_mut(heads.head_dim) {
-                        self.rotate(head, pos);
-                        rms_norm(head, RMS_EPS);
-                    }
-                }
-            });
+            // Queries and keys: rotate, then RMS-normalise each head.
+            let rope = RopeTables {
+                cos: &self.rope_cos,
+                sin: &self.rope_sin,
+                period: t,
+            };
+            b.rotate_and_norm_qk(qkv, rows, heads, rope, RMS_EPS);
             let n = if i < last {
-                attention(pool, qkv, &spans, heads, scale, ctx);
+                b.bidirectional_attention(qkv, rows, &spans, &all, heads, scale, ctx);
                 rows
             } else {
                 // The padding is still every query's key and value, but its own outputs
                 // go nowhere past this layer: the rest of the layer runs on the real
                 // rows alone, gathered to the front, the same arithmetic for each.
-                attention_queries(pool, qkv, &spans, &real, heads, scale, ctx);
-                let n = gather_front(x, &spans, &real, d);
-                gather_front(ctx, &spans, &real, d);
-                n
+                b.bidirectional_attention(qkv, rows, &spans, &real, heads, scale, ctx);
+                let front = front_copies(&spans, &real);
+                b.move_rows(x, d, &front);
+                b.move_rows(ctx, d, &front);
+                real.iter().sum()
             };
-            let x = &mut x[..n * d];
-            block.project(1, p, pool, &ctx[..n * d], n, &mut tmp[..n * d]);
-            kiln_kernels::ops::add_inplace(x, &tmp[..n * d]);
+            block.project(1, p, b, ctx, n, tmp);
+            b.add_rows(x, tmp, n, d);
 
-            normed_rows(x, &mut xn[..n * d], d);
-            block.project(2, p, pool, &xn[..n * d], n, &mut hidden[..n * 4 * d]);
-            for_each_row_block(pool, &mut hidden[..n * 4 * d], 4 * d, |_, block| {
-                relu_squared_inplace(block)
-            });
-            block.project(3, p, pool, &hidden[..n * 4 * d], n, &mut tmp[..n * d]);
-            kiln_kernels::ops::add_inplace(x, &tmp[..n * d]);
+            b.plain_rms_norm(x, xn, RMS_EPS, n, d);
+            block.project(2, p, b, xn, n, hidden);
+            b.activation(hidden, n, 4 * d, EncoderActivation::ReluSquared);
+            block.project(3, p, b, hidden, n, tmp);
+            b.add_rows(x, tmp, n, d);
         }
         // `x` now starts with the real rows, input after input.
         let n: usize = real.iter().sum();
-        normed_rows(&x[..n * d], &mut xn[..n * d], d);
+        b.plain_rms_norm(x, xn, RMS_EPS, n, d);
 
-        let mut pooled = vec![0f32; n_real.len() * d];
+        let k = n_real.len();
         let mut at = 0;
-        for (&n, out) in real.iter().zip(pooled.chunks_exact_mut(d)) {
-            let rows = &xn[at * d..(at + n) * d];
-            at += n;
-            mean_rows(rows, d, out);
-            layer_norm(
-                out,
-                &self.cls_norm_weight,
-                &self.cls_norm_bias,
-                LAYER_NORM_EPS,
-            );
-        }
+        let pools: Vec<RowSpan> = real
+            .iter()
+            .map(|&n| {
+                let span = RowSpan { start: at, len: n };
+                at += n;
+                span
+            })
+            .collect();
+        let buffer = |len: usize| {
+            let mut a = B::Activations::default();
+            b.reserve(&mut a, len);
+            a
+        };
+        let mut pooled = buffer(k * d);
+        b.mean_pool(xn, &pools, d, &mut pooled);
+        let (w, bias) = (&self.cls_norm_weight, &self.cls_norm_bias);
+        b.layer_norm(&mut pooled, w, bias, LAYER_NORM_EPS, k, d);
         let c = self.cfg.num_classes;
-        let mut probs = vec![0f32; n_real.len() * c];
-        self.cls_head.forward_rows(&pooled, &mut probs);
-        for row in probs.chunks_exact_mut(c) {
-            kiln_kernels::ops::softmax_inplace(row);
-        }
-        probs
+        let mut probs = buffer(k * c);
+        b.dense_forward(&self.cls_head, &pooled, k, &mut probs);
+        b.softmax(&mut probs, k, c);
+        b.host(&mut probs, k * c).to_vec()
     }
 
     /// The first layer's Q, K and V. Its padding rows are all the same row (one token's
@@ -282,63 +290,62 @@ impl NanoGuardModel {
     #[allow(clippy::too_many_arguments)]
     fn first_qkv(
         &self,
-        block: &Block,
+        block: &Block<B>,
         p: Precision,
-        pool: &ThreadPool,
-        xn: &[f32],
-        spans: &[Span],
+        b: &B,
+        xn: &B::Activations,
+        rows: usize,
+        spans: &[RowSpan],
         real: &[usize],
-        qkv: &mut [f32],
+        qkv: &mut B::Activations,
     ) {
         let d = self.cfg.n_embd;
-        let rows = xn.len() / d;
         let pad_row = spans
             .iter()
             .zip(real)
             .find(|(s, &n)| n < s.len)
             .map(|(s, &n)| s.start + n);
-        let picked: Vec<usize> = spans
-            .iter()
-            .zip(real)
-            .flat_map(|(s, &n)| s.start..s.start + n)
-            .chain(pad_row)
-            .collect();
-        if picked.len() * 2 > rows {
-            block.project(0, p, pool, xn, rows, qkv);
+        // The picked rows packed to the front: the real rows of each span, then the pad.
+        let mut picked = front_copies(spans, real);
+        let n_real: usize = real.iter().sum();
+        picked.extend(pad_row.map(|src| RowCopy {
+            src,
+            dst: n_real,
+            rows: 1,
+        }));
+        let n_picked = n_real + usize::from(pad_row.is_some());
+        if n_picked * 2 > rows {
+            block.project(0, p, b, xn, rows, qkv);
             return;
         }
-        let mut input = Vec::with_capacity(picked.len() * d);
-        for &r in &picked {
-            input.extend_from_slice(&xn[r * d..(r + 1) * d]);
-        }
-        let mut out = vec![0f32; picked.len() * 3 * d];
-        block.project(0, p, pool, &input, picked.len(), &mut out);
-        let w = 3 * d;
-        for (k, &r) in picked.iter().enumerate() {
-            qkv[r * w..(r + 1) * w].copy_from_slice(&out[k * w..(k + 1) * w]);
-        }
+        let buffer = |len: usize| {
+            let mut a = B::Activations::default();
+            b.reserve(&mut a, len);
+            a
+        };
+        let mut input = buffer(n_picked * d);
+        b.copy_rows(xn, &mut input, d, &picked);
+        let mut out = buffer(n_picked * 3 * d);
+        block.project(0, p, b, &input, n_picked, &mut out);
+        // Back where each row came from, and the pad row into every padding row.
+        let mut back: Vec<RowCopy> = picked
+            .iter()
+            .map(|c| RowCopy {
+                src: c.dst,
+                dst: c.src,
+                rows: c.rows,
+            })
+            .collect();
         if pad_row.is_some() {
-            let pad = &out[(picked.len() - 1) * w..];
             for (s, &n) in spans.iter().zip(real) {
-                for r in s.start + n..s.start + s.len {
-                    qkv[r * w..(r + 1) * w].copy_from_slice(pad);
-                }
+                back.extend((s.start + n..s.start + s.len).map(|dst| RowCopy {
+                    src: n_real,
+                    dst,
+                    rows: 1,
+                }));
             }
         }
-    }
-
-    /// nanochat's rotation of one head at position `pos`: the two halves `(x1, x2)` become
-    /// `(x1·cos + x2·sin, −x1·sin + x2·cos)`.
-    fn rotate(&self, head: &mut [f32], pos: usize) {
-        let half = head.len() / 2;
-        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
-        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
-        let (x1, x2) = head.split_at_mut(half);
-        for j in 0..half {
-            let (a, b) = (x1[j], x2[j]);
-            x1[j] = a * cos[j] + b * sin[j];
-            x2[j] = a * -sin[j] + b * cos[j];
-        }
+        b.copy_rows(&out, qkv, 3 * d, &back);
     }
 
     pub fn config(&self) -> &NanoGuardConfig {
@@ -346,23 +353,23 @@ impl NanoGuardModel {
     }
 }
 
-/// Moves the first `real[i]` rows of each span of `x` to the front, one after another
-/// (spans are in order, so each lands at or before where it was); how many rows.
-fn gather_front(x: &mut [f32], spans: &[Span], real: &[usize], d: usize) -> usize {
+/// The copies that move the first `real[i]` rows of each span to the front, one after
+/// another (spans are in order, so each lands at or before where it was).
+fn front_copies(spans: &[RowSpan], real: &[usize]) -> Vec<RowCopy> {
     let mut at = 0;
-    for (s, &n) in spans.iter().zip(real) {
-        x.copy_within(s.start * d..(s.start + n) * d, at * d);
-        at += n;
-    }
-    at
-}
-
-/// `out = rms_norm(x)` row by row.
-fn normed_rows(x: &[f32], out: &mut [f32], d: usize) {
-    out.copy_from_slice(x);
-    for row in out.chunks_exact_mut(d) {
-        rms_norm(row, RMS_EPS);
-    }
+    spans
+        .iter()
+        .zip(real)
+        .map(|(s, &n)| {
+            let c = RowCopy {
+                src: s.start,
+                dst: at,
+                rows: n,
+            };
+            at += n;
+            c
+        })
+        .collect()
 }
 
 /// `Classifier._precompute_rotary`: angles `pos · base^(−2j/head_dim)` computed in f32,

@@ -1,8 +1,9 @@
-//! Row-wise work split over the worker pool.
+//! Row-wise work split over the worker pool, for the encoder ops (a whole batch of
+//! packed sequences at once: hundreds to thousands of rows).
 
 use std::sync::Mutex;
 
-use kiln_backend::ThreadPool;
+use crate::pool::ThreadPool;
 
 /// Rows per pool task below which splitting costs more than it saves.
 const MIN_ROWS_PER_TASK: usize = 32;

@@ -1,11 +1,12 @@
-//! f32 matrix products for encoders.
+//! f32 matrix products for the encoder ops.
 //!
 //! Encoders run every token of a batch through every weight at once, so their linear
 //! layers are true matrix-matrix products (hundreds to thousands of rows), unlike a
 //! decoder step. A packed, register-blocked GEMM (`matrixmultiply`, with runtime-detected
 //! AVX2/FMA and AVX-512 kernels) is several times faster there than one dot product per
-//! output, so this module wraps it behind bounds-checked strided views
-//! (`crate::linear` splits the rows of a layer over Kiln's worker pool).
+//! output, so this module wraps it behind bounds-checked strided views (`crate::dense`
+//! splits the rows of a layer over the worker pool, `crate::encoder_attention` runs a
+//! head's two products through it).
 
 /// A read-only `rows × cols` matrix inside a slice: element `(r, c)` is
 /// `data[r * row_stride + c * col_stride]`.

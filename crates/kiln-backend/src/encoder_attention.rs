@@ -7,32 +7,16 @@
 
 use std::sync::Mutex;
 
-use kiln_backend::ThreadPool;
 use kiln_kernels::ops::softmax_inplace;
 
+use crate::encoder::{Heads, RowSpan};
 use crate::gemm::{gemm, MatMut, MatRef};
+use crate::pool::ThreadPool;
 
-/// One sequence's rows in a flat batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Span {
-    pub start: usize,
-    pub len: usize,
-}
-
-/// Head layout of an attention layer.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Heads {
-    pub n_heads: usize,
-    pub head_dim: usize,
-}
-
-impl Heads {
-    pub fn width(self) -> usize {
-        self.n_heads * self.head_dim
-    }
-}
-
-/// `out = softmax(Q·Kᵀ · scale) · V` per sequence and head.
+/// `out = softmax(Q·Kᵀ · scale) · V` per sequence and head, for only the first
+/// `queries[i]` rows of span `i` as queries (every row of the span is still a key and a
+/// value); the other rows of `out` are left as they were. A layer whose later rows are
+/// never read needs no more.
 ///
 /// `qkv` holds, for every row, the queries, keys and values of all heads side by side
 /// (`3 · width` floats, head-major inside each); `out` receives `width` floats per row.
@@ -43,22 +27,7 @@ impl Heads {
 pub(crate) fn attention(
     pool: &ThreadPool,
     qkv: &[f32],
-    spans: &[Span],
-    heads: Heads,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let all: Vec<usize> = spans.iter().map(|s| s.len).collect();
-    attention_queries(pool, qkv, spans, &all, heads, scale, out);
-}
-
-/// [`attention`] for only the first `queries[i]` rows of span `i` as queries (every
-/// row of the span is still a key and a value); the other rows of `out` are left as
-/// they were. A layer whose later rows are never read needs no more.
-pub(crate) fn attention_queries(
-    pool: &ThreadPool,
-    qkv: &[f32],
-    spans: &[Span],
+    spans: &[RowSpan],
     queries: &[usize],
     heads: Heads,
     scale: f32,
@@ -82,7 +51,7 @@ pub(crate) fn attention_queries(
         "attention: one query count per span"
     );
     let hd = heads.head_dim;
-    let tasks: Vec<(Span, usize, usize)> = spans
+    let tasks: Vec<(RowSpan, usize, usize)> = spans
         .iter()
         .zip(queries)
         .filter(|(s, &nq)| s.len > 0 && nq > 0)
@@ -126,7 +95,7 @@ mod tests {
     use super::*;
 
     /// Straightforward per-query attention for one head of one span.
-    fn naive(qkv: &[f32], span: Span, h: usize, heads: Heads, scale: f32) -> Vec<f32> {
+    fn naive(qkv: &[f32], span: RowSpan, h: usize, heads: Heads, scale: f32) -> Vec<f32> {
         let (width, hd) = (heads.width(), heads.head_dim);
         let at = |r: usize, part: usize, d: usize| {
             qkv[(span.start + r) * 3 * width + part * width + h * hd + d]
@@ -151,19 +120,28 @@ mod tests {
             head_dim: 4,
         };
         let spans = [
-            Span { start: 0, len: 5 },
-            Span { start: 5, len: 1 },
-            Span { start: 6, len: 7 },
+            RowSpan { start: 0, len: 5 },
+            RowSpan { start: 5, len: 1 },
+            RowSpan { start: 6, len: 7 },
         ];
         let rows = 13;
         let qkv: Vec<f32> = (0..rows * 3 * heads.width())
             .map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0)
             .collect();
         let mut out = vec![0f32; rows * heads.width()];
-        attention(&ThreadPool::new(2), &qkv, &spans, heads, 0.5, &mut out);
+        let all: Vec<usize> = spans.iter().map(|s| s.len).collect();
+        attention(
+            &ThreadPool::new(2),
+            &qkv,
+            &spans,
+            &all,
+            heads,
+            0.5,
+            &mut out,
+        );
         // The leading rows alone as queries give those rows the same answers.
         let mut some = vec![0f32; rows * heads.width()];
-        attention_queries(
+        attention(
             &ThreadPool::new(2),
             &qkv,
             &spans,

@@ -1,4 +1,4 @@
-//! Row-wise f32 operations the encoders need beyond kiln-kernels' decoder set.
+//! Row-wise f32 operations the encoder ops need beyond kiln-kernels' decoder set.
 //!
 //! Sums are accumulated in f64: these run once per row, not per weight, so the cost is
 //! nothing and the results stay within an ulp or two of PyTorch's.
@@ -28,6 +28,21 @@ pub(crate) fn rms_norm(x: &mut [f32], eps: f32) {
     let mean_sq = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / n;
     let inv = (1.0 / (mean_sq + f64::from(eps)).sqrt()) as f32;
     kiln_kernels::ops::scale_inplace(x, inv);
+}
+
+/// nanochat's rotation of one head at position `pos`: the two halves `(x1, x2)` become
+/// `(x1·cos + x2·sin, −x1·sin + x2·cos)`, with `cos` and `sin` tables of `head.len()/2`
+/// floats per position.
+pub(crate) fn rotate_halves(head: &mut [f32], cos: &[f32], sin: &[f32], pos: usize) {
+    let half = head.len() / 2;
+    let cos = &cos[pos * half..(pos + 1) * half];
+    let sin = &sin[pos * half..(pos + 1) * half];
+    let (x1, x2) = head.split_at_mut(half);
+    for j in 0..half {
+        let (a, b) = (x1[j], x2[j]);
+        x1[j] = a * cos[j] + b * sin[j];
+        x2[j] = a * -sin[j] + b * cos[j];
+    }
 }
 
 /// The error function, from the complementary one.
