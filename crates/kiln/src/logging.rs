@@ -1,6 +1,6 @@
 //! Log output: `tracing` events to stderr as plain text or JSON lines, filtered by
-//! `RUST_LOG` (default: warnings, plus the server's request and lifecycle logs and the
-//! vector index's graph loads, builds and saves).
+//! `RUST_LOG` (default: warnings, plus the server's request and lifecycle logs, what
+//! `kiln serve` sets up, and the vector index's graph loads, builds and saves).
 
 use std::io::IsTerminal;
 
@@ -18,7 +18,9 @@ pub enum LogFormat {
 /// Installs the global subscriber; call once, early in `main`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new("warn,kiln_server=info,kiln_vectors=info,kiln_model=info")
+        EnvFilter::new(
+            "warn,kiln_server=info,kiln::cmd::serve=info,kiln_vectors=info,kiln_model=info",
+        )
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
