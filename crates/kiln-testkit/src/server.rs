@@ -49,12 +49,6 @@ impl ServerProcess {
                     .iter()
                     .flat_map(|d| [std::ffi::OsStr::new("--data-dir"), d.path().as_os_str()]),
             )
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| {
-                    "warn,kiln_server=info,kiln_vectors=info,kiln_model=info".into()
-                }),
-            )
             // Settings the caller's environment may carry must not leak into the test.
             .env_remove("KILN_LOG_FORMAT")
             .env_remove("KILN_API_KEY")
