@@ -16,7 +16,9 @@ mod events;
 mod file_search;
 mod ids;
 mod input;
+mod items;
 mod mcp_tools;
+pub mod replay;
 mod round;
 pub mod service;
 pub mod store;
@@ -32,5 +34,7 @@ pub use ids::new_id;
 pub fn check_tools(tools: &[serde_json::Value]) -> Result<()> {
     tools::parse(Some(tools)).map(|_| ())
 }
-pub use service::{Created, EventStream, ItemsQuery, Limits, Responses};
+pub use items::ItemsQuery;
+pub use replay::EventStream;
+pub use service::{Created, Limits, Responses};
 pub use store::{ResponseStore, Stored, TABLES};
