@@ -12,7 +12,7 @@ use kiln_api::responses::{Item, Response, StreamEvent};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::replay::EventLog;
+use crate::event_log::EventLog;
 
 pub struct Emitter {
     tx: Option<mpsc::Sender<StreamEvent>>,

@@ -12,6 +12,7 @@ pub mod cancel;
 pub mod chat;
 mod conversation;
 pub mod error;
+mod event_log;
 mod events;
 mod file_search;
 mod ids;
@@ -34,7 +35,7 @@ pub use ids::new_id;
 pub fn check_tools(tools: &[serde_json::Value]) -> Result<()> {
     tools::parse(Some(tools)).map(|_| ())
 }
+pub use event_log::EventStream;
 pub use items::ItemsQuery;
-pub use replay::EventStream;
 pub use service::{Created, Limits, Responses};
 pub use store::{ResponseStore, Stored, TABLES};
