@@ -1,23 +1,31 @@
 //! The streamed events of one response, numbered in order.
 //!
-//! Without a listener (a plain or background request) events are dropped here, so the
-//! turn runs one code path either way. A listener that goes away (the client
-//! disconnected) is remembered, and the turn stops at its next event.
+//! Without a listener (a plain or background request) events are not sent, so the turn
+//! runs one code path either way; they are numbered the same, and recorded in the
+//! response's [`EventLog`] when it has one, so a stored response re-streams exactly
+//! as it streamed. A listener that goes away (the client disconnected) is remembered,
+//! and the turn stops at its next event.
+
+use std::sync::Arc;
 
 use kiln_api::responses::{Item, Response, StreamEvent};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::event_log::EventLog;
+
 pub struct Emitter {
     tx: Option<mpsc::Sender<StreamEvent>>,
+    log: Option<Arc<EventLog>>,
     seq: u64,
     gone: bool,
 }
 
 impl Emitter {
-    pub fn new(tx: Option<mpsc::Sender<StreamEvent>>) -> Self {
+    pub fn new(tx: Option<mpsc::Sender<StreamEvent>>, log: Option<Arc<EventLog>>) -> Self {
         Self {
             tx,
+            log,
             seq: 0,
             gone: false,
         }
@@ -28,11 +36,16 @@ impl Emitter {
         self.gone
     }
 
-    /// Sends `kind` with `fields` (an object).
-    pub async fn emit(&mut self, kind: &str, fields: Value) {
-        let Some(tx) = &self.tx else { return };
+    /// The events recorded so far (`None` without a log or past its bound).
+    pub fn recorded(&self) -> Option<Vec<StreamEvent>> {
+        self.log.as_ref().and_then(|l| l.events())
+    }
+
+    /// `kind` with `fields` (an object), numbered next but neither recorded nor sent:
+    /// a terminal event is stored with the response before anyone sees it.
+    pub fn number(&mut self, kind: &str, fields: Value) -> Option<StreamEvent> {
         let Value::Object(fields) = fields else {
-            return;
+            return None;
         };
         let ev = StreamEvent {
             kind: kind.to_string(),
@@ -40,9 +53,25 @@ impl Emitter {
             fields,
         };
         self.seq += 1;
+        Some(ev)
+    }
+
+    /// Records `ev` in the log and sends it to the listener.
+    pub async fn deliver(&mut self, ev: StreamEvent) {
+        if let Some(log) = &self.log {
+            log.push(&ev);
+        }
+        let Some(tx) = &self.tx else { return };
         if tx.send(ev).await.is_err() {
             self.gone = true;
             self.tx = None;
+        }
+    }
+
+    /// Sends `kind` with `fields` (an object).
+    pub async fn emit(&mut self, kind: &str, fields: Value) {
+        if let Some(ev) = self.number(kind, fields) {
+            self.deliver(ev).await;
         }
     }
 

@@ -12,11 +12,14 @@ pub mod cancel;
 pub mod chat;
 mod conversation;
 pub mod error;
+mod event_log;
 mod events;
 mod file_search;
 mod ids;
 mod input;
+mod items;
 mod mcp_tools;
+pub mod replay;
 mod round;
 pub mod service;
 pub mod store;
@@ -32,5 +35,7 @@ pub use ids::new_id;
 pub fn check_tools(tools: &[serde_json::Value]) -> Result<()> {
     tools::parse(Some(tools)).map(|_| ())
 }
-pub use service::{Created, EventStream, ItemsQuery, Limits, Responses};
+pub use event_log::EventStream;
+pub use items::ItemsQuery;
+pub use service::{Created, Limits, Responses};
 pub use store::{ResponseStore, Stored, TABLES};

@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kiln_api::responses::{
-    CreateResponse, Deleted, Item, ItemList, Response, StreamEvent, TextConfig,
-};
+use kiln_api::responses::{CreateResponse, Deleted, Item, Response, StreamEvent, TextConfig};
 use kiln_api::Caller;
 use kiln_db::unix_now;
 use kiln_mcp::McpSettings;
@@ -18,6 +16,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::cancel::Cancel;
 use crate::chat::ChatRunner;
 use crate::error::{ResponsesError, Result};
+use crate::event_log::{EventLog, EventStream};
 use crate::events::Emitter;
 use crate::ids::new_id;
 use crate::store::{ResponseStore, Stored};
@@ -42,6 +41,9 @@ pub struct Limits {
     /// MCP settings of the API keys (by key id) that have their own outbound
     /// exceptions; the others use `mcp`.
     pub mcp_per_key: HashMap<String, McpSettings>,
+    /// Bytes (as JSON) of one response's recorded events, kept to re-stream it: held
+    /// in memory while it runs and stored with it. Past this a response keeps none.
+    pub max_event_bytes: usize,
 }
 
 impl Default for Limits {
@@ -53,6 +55,7 @@ impl Default for Limits {
             max_tool_calls: 16,
             mcp: McpSettings::default(),
             mcp_per_key: HashMap::new(),
+            max_event_bytes: 8 << 20,
         }
     }
 }
@@ -67,55 +70,41 @@ pub enum Created {
     Background(Response),
 }
 
-/// A response's events. Dropping it stops the response at its next event.
-pub struct EventStream {
-    first: Option<StreamEvent>,
-    rx: mpsc::Receiver<StreamEvent>,
-}
-
-impl EventStream {
-    /// A stream of the events sent on `rx` (a caller relaying a response's events).
-    pub fn from_channel(rx: mpsc::Receiver<StreamEvent>) -> Self {
-        Self { first: None, rx }
-    }
-
-    pub async fn next(&mut self) -> Option<StreamEvent> {
-        match self.first.take() {
-            Some(ev) => Some(ev),
-            None => self.rx.recv().await,
-        }
-    }
-}
-
 /// The Responses API of one store.
 pub struct Responses {
     store: Arc<ResponseStore>,
     chat: Arc<dyn ChatRunner>,
     limits: Limits,
     /// Background responses running now, by id.
-    running: Mutex<HashMap<String, Cancel>>,
+    running: Mutex<HashMap<String, Running>>,
     /// Background tasks not yet ended (a deleted response's task outlives its entry in
     /// `running`), and a wake-up for [`Responses::background_idle`].
     tasks: (AtomicUsize, Notify),
 }
 
+/// A background run: how to cancel it and its events so far.
+struct Running {
+    cancel: Cancel,
+    log: Arc<EventLog>,
+}
+
 /// Counts a background task out of [`Responses::background_idle`] when dropped.
 struct TaskEnd(Arc<Responses>);
+
+/// Ends a background run's event log when its task ends, however it ends.
+struct LogEnd(Arc<EventLog>);
+
+impl Drop for LogEnd {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
 
 impl Drop for TaskEnd {
     fn drop(&mut self) {
         self.0.tasks.0.fetch_sub(1, Ordering::AcqRel);
         self.0.tasks.1.notify_waiters();
     }
-}
-
-/// `input_items` paging: `limit` (1-100), `order` (`asc` or `desc`), `after`, `before`.
-#[derive(Debug, Clone, Default)]
-pub struct ItemsQuery {
-    pub limit: Option<usize>,
-    pub order: Option<String>,
-    pub after: Option<String>,
-    pub before: Option<String>,
 }
 
 impl Responses {
@@ -157,7 +146,7 @@ impl Responses {
                 }
                 Err(e) => {
                     let r = turn::failed(s.response.clone(), "resume_failed", &e.to_string());
-                    self.save(&s.caller, &s.request, &r, &s.input)?;
+                    self.save(&s.caller, &s.request, &r, &s.input, None)?;
                 }
             }
         }
@@ -169,37 +158,30 @@ impl Responses {
         let turn = self.prepare(&caller, req.clone(), None)?;
         if turn.response.background {
             let queued = turn.response.clone();
-            self.save(&caller, &req, &queued, &turn.input)?;
+            self.save(&caller, &req, &queued, &turn.input, None)?;
             self.spawn_background(turn, req);
             return Ok(Created::Background(queued));
         }
         if !req.stream.unwrap_or(false) {
-            let mut em = Emitter::new(None);
+            let mut em = Emitter::new(None, self.log_for(&turn));
             let r = turn::run(&turn, &self.context(&turn), &mut em, &Cancel::default()).await?;
-            if r.store {
-                self.save(&caller, &req, &r, &turn.input)?;
-            }
+            self.finish(&turn, &req, &r, &mut em)?;
             return Ok(Created::Done(r));
         }
         let (tx, mut rx) = mpsc::channel(256);
         let this = Arc::clone(self);
         let task = tokio::spawn(async move {
-            let mut em = Emitter::new(Some(tx));
+            let mut em = Emitter::new(Some(tx), this.log_for(&turn));
             let r = turn::run(&turn, &this.context(&turn), &mut em, &Cancel::default()).await?;
-            if r.store {
-                if let Err(e) = this.save(&turn.caller, &req, &r, &turn.input) {
-                    em.error("storage_failed", &e.to_string()).await;
-                    return Ok(());
-                }
+            match this.finish(&turn, &req, &r, &mut em) {
+                Ok(Some(end)) => em.deliver(end).await,
+                Ok(None) => {}
+                Err(e) => em.error("storage_failed", &e.to_string()).await,
             }
-            turn::announce_end(&mut em, &r).await;
             Ok::<_, ResponsesError>(())
         });
         match rx.recv().await {
-            Some(first) => Ok(Created::Streaming(EventStream {
-                first: Some(first),
-                rx,
-            })),
+            Some(first) => Ok(Created::Streaming(EventStream::starting_with(first, rx))),
             // Nothing was sent: the turn ended before its first round started.
             None => match task.await {
                 Ok(Err(e)) => Err(e),
@@ -221,39 +203,86 @@ impl Responses {
         }
     }
 
+    /// A log for `turn`'s events when its response is stored.
+    fn log_for(&self, turn: &Turn) -> Option<Arc<EventLog>> {
+        let max = self.limits.max_event_bytes;
+        turn.response.store.then(|| EventLog::new(max))
+    }
+
+    /// Stores `r` (when `store`) with its events, the terminal one included; that
+    /// event, for the caller to deliver once the response can be read.
+    fn finish(
+        &self,
+        turn: &Turn,
+        req: &CreateResponse,
+        r: &Response,
+        em: &mut Emitter,
+    ) -> Result<Option<StreamEvent>> {
+        let end = turn::terminal(em, r);
+        if r.store {
+            let events = em.recorded().map(|mut e| {
+                e.extend(end.clone());
+                e
+            });
+            self.save(&turn.caller, req, r, &turn.input, events.as_deref())?;
+        }
+        Ok(end)
+    }
+
     fn spawn_background(self: &Arc<Self>, turn: Turn, req: CreateResponse) {
         let cancel = Cancel::default();
-        self.lock_running()
-            .insert(turn.response.id.clone(), cancel.clone());
+        let log = EventLog::new(self.limits.max_event_bytes);
+        let run = Running {
+            cancel: cancel.clone(),
+            log: Arc::clone(&log),
+        };
+        self.lock_running().insert(turn.response.id.clone(), run);
         let this = Arc::clone(self);
         self.tasks.0.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
-            // Counted out however the task ends.
+            // Counted out, and its followers ended, however the task ends.
             let _ended = TaskEnd(Arc::clone(&this));
-            let mut em = Emitter::new(None);
+            let _log_end = LogEnd(Arc::clone(&log));
+            let mut em = Emitter::new(None, Some(log));
             let r = match turn::run(&turn, &this.context(&turn), &mut em, &cancel).await {
                 Ok(r) => r,
                 Err(e) => turn::failed(turn.response.clone(), "generation_failed", &e.to_string()),
             };
             // Under the lock `delete` takes, so a response deleted while it ran is not
             // written back.
-            let mut running = this.lock_running();
-            if running.remove(&r.id).is_none() {
-                return;
+            let end = {
+                let mut running = this.lock_running();
+                if running.remove(&r.id).is_none() {
+                    return;
+                }
+                // Cut by the server's shutdown: left queued, so the next start runs it
+                // again.
+                if r.error.as_ref().is_some_and(|e| e.code == SHUTDOWN_CODE) {
+                    return;
+                }
+                this.finish(&turn, &req, &r, &mut em)
+            };
+            match end {
+                Ok(Some(end)) => em.deliver(end).await,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(id = %r.id, error = %e, "cannot store a background response");
+                }
             }
-            // Cut by the server's shutdown: left queued, so the next start runs it again.
-            if r.error.as_ref().is_some_and(|e| e.code == SHUTDOWN_CODE) {
-                return;
-            }
-            if let Err(e) = this.save(&turn.caller, &req, &r, &turn.input) {
-                tracing::error!(id = %r.id, error = %e, "cannot store a background response");
-            }
-            drop(running);
         });
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cancel>> {
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The event log of `id`'s background run, while it runs.
+    pub(crate) fn running_log(&self, id: &str) -> Option<Arc<EventLog>> {
+        self.lock_running().get(id).map(|r| Arc::clone(&r.log))
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Writes `r`; once it is finished the MCP credentials in its request are dropped
@@ -264,17 +293,19 @@ impl Responses {
         req: &CreateResponse,
         r: &Response,
         input: &[Item],
+        events: Option<&[StreamEvent]>,
     ) -> Result<()> {
         let mut request = req.clone();
         if !matches!(r.status.as_str(), "queued" | "in_progress") {
             request.tools = Some(tools::echoed(req.tools.as_deref()));
         }
-        self.store.put(&Stored {
+        let stored = Stored {
             caller: caller.clone(),
             request,
             response: r.clone(),
             input: input.to_vec(),
-        })
+        };
+        self.store.put_with_events(&stored, events)
     }
 
     /// Checks `req` and gathers what running it needs. `resumed` is the stored response
@@ -451,7 +482,7 @@ impl Responses {
         Ok(self.stored(caller, id)?.response)
     }
 
-    fn stored(&self, caller: &Caller, id: &str) -> Result<Stored> {
+    pub(crate) fn stored(&self, caller: &Caller, id: &str) -> Result<Stored> {
         self.store
             .get(&caller.key_id, id)?
             .ok_or_else(|| ResponsesError::NotFound {
@@ -467,8 +498,8 @@ impl Responses {
         // Held until the row is gone: a background run ending now finds its entry
         // removed and stores nothing.
         let mut running = self.lock_running();
-        if let Some(c) = running.remove(id) {
-            c.cancel();
+        if let Some(run) = running.remove(id) {
+            run.cancel.cancel();
         }
         let deleted = self.store.delete(&caller.key_id, id)?;
         drop(running);
@@ -491,7 +522,7 @@ impl Responses {
         if r.status == "cancelled" {
             return Ok(r);
         }
-        let running = self.lock_running().get(id).cloned();
+        let running = self.lock_running().get(id).map(|r| r.cancel.clone());
         let Some(cancel) = running.filter(|_| r.background) else {
             return Err(ResponsesError::NotCancellable {
                 id: id.to_string(),
@@ -508,54 +539,6 @@ impl Responses {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.get(caller, id)
-    }
-
-    /// A page of `caller`'s response `id`'s input items.
-    pub fn input_items(&self, caller: &Caller, id: &str, q: &ItemsQuery) -> Result<ItemList> {
-        let mut items = self.stored(caller, id)?.input;
-        match q.order.as_deref() {
-            None | Some("desc") => items.reverse(),
-            Some("asc") => {}
-            Some(o) => {
-                return Err(ResponsesError::invalid(
-                    "order",
-                    format!("`order` must be asc or desc, not '{o}'"),
-                ))
-            }
-        }
-        let limit = q.limit.unwrap_or(20);
-        if !(1..=100).contains(&limit) {
-            return Err(ResponsesError::invalid(
-                "limit",
-                "`limit` must be between 1 and 100",
-            ));
-        }
-        let position = |cursor: &str, param: &str| {
-            items.iter().position(|i| i.id() == cursor).ok_or_else(|| {
-                ResponsesError::invalid(param, format!("no input item '{cursor}' in this response"))
-            })
-        };
-        let start = match &q.after {
-            Some(a) => position(a, "after")? + 1,
-            None => 0,
-        };
-        let end = match &q.before {
-            Some(b) => position(b, "before")?,
-            None => items.len(),
-        };
-        let window: Vec<Item> = items
-            .get(start..end.max(start))
-            .unwrap_or_default()
-            .to_vec();
-        let has_more = window.len() > limit;
-        let data: Vec<Item> = window.into_iter().take(limit).collect();
-        Ok(ItemList {
-            object: "list".into(),
-            first_id: data.first().map(|i| i.id().to_string()),
-            last_id: data.last().map(|i| i.id().to_string()),
-            has_more,
-            data,
-        })
     }
 }
 

@@ -4,12 +4,13 @@
 //! A response is written in one transaction, whole: a failed or cancelled one is stored
 //! with what it produced and why it ended, never half. Another key's rows are invisible
 //! (every query filters on the key), and a delete removes the rows and, with
-//! `secure_delete`, overwrites their bytes.
+//! `secure_delete`, overwrites their bytes. A response's recorded stream events (see
+//! [`crate::replay`]) are kept beside it as one JSON array and count to its bytes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use kiln_api::responses::{CreateResponse, Item, Response};
+use kiln_api::responses::{CreateResponse, Item, Response, StreamEvent};
 use kiln_api::Caller;
 use kiln_db::{DbError, Schema};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -35,6 +36,10 @@ CREATE TABLE IF NOT EXISTS input_items (
     seq         INTEGER NOT NULL,
     item        TEXT NOT NULL,
     PRIMARY KEY (response_id, seq)
+);
+CREATE TABLE IF NOT EXISTS response_events (
+    response_id TEXT PRIMARY KEY REFERENCES responses (id) ON DELETE CASCADE,
+    events      TEXT NOT NULL
 );";
 
 const SCHEMA: Schema = Schema {
@@ -96,10 +101,19 @@ impl ResponseStore {
 
     /// Writes `s` (replacing a row with its id), input items included, in one transaction.
     pub fn put(&self, s: &Stored) -> Result<()> {
+        self.put_with_events(s, None)
+    }
+
+    /// Writes `s` with its recorded stream events (replacing any it had).
+    pub fn put_with_events(&self, s: &Stored, events: Option<&[StreamEvent]>) -> Result<()> {
         let request = to_json(&s.request)?;
         let response = to_json(&s.response)?;
         let input: Vec<String> = s.input.iter().map(to_json).collect::<Result<_>>()?;
-        let bytes = request.len() + response.len() + input.iter().map(String::len).sum::<usize>();
+        let events = events.map(to_json).transpose()?;
+        let bytes = request.len()
+            + response.len()
+            + input.iter().map(String::len).sum::<usize>()
+            + events.as_ref().map_or(0, String::len);
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.sql(e))?;
         tx.execute(
@@ -131,7 +145,34 @@ impl ResponseStore {
             )
             .map_err(|e| self.sql(e))?;
         }
+        tx.execute(
+            "DELETE FROM response_events WHERE response_id = ?1",
+            params![s.response.id],
+        )
+        .map_err(|e| self.sql(e))?;
+        if let Some(events) = events {
+            tx.execute(
+                "INSERT INTO response_events (response_id, events) VALUES (?1, ?2)",
+                params![s.response.id, events],
+            )
+            .map_err(|e| self.sql(e))?;
+        }
         tx.commit().map_err(|e| self.sql(e))
+    }
+
+    /// The recorded stream events of `key_id`'s response `id`, if it has them.
+    pub fn events(&self, key_id: &str, id: &str) -> Result<Option<Vec<StreamEvent>>> {
+        let events: Option<String> = self
+            .conn()
+            .query_row(
+                "SELECT e.events FROM response_events e JOIN responses r ON r.id = e.response_id
+                 WHERE e.response_id = ?1 AND r.key_id = ?2",
+                params![id, key_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        events.map(|e| from_json(&e)).transpose()
     }
 
     /// `key_id`'s response `id`, if it has one.
@@ -249,7 +290,7 @@ impl ResponseStore {
     }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
+fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| ResponsesError::Corrupt(e.to_string()))
 }
 

@@ -9,7 +9,7 @@
 use kiln_api::chat::ChatCompletionRequest;
 use kiln_api::responses::{
     IncompleteDetails, InputTokensDetails, Item, OutputTokensDetails, Response, ResponseError,
-    ResponseUsage,
+    ResponseUsage, StreamEvent,
 };
 use kiln_api::structured::ResponseFormat;
 use kiln_api::Caller;
@@ -160,16 +160,17 @@ pub async fn run(
     })
 }
 
-/// The terminal event for a finished response, sent once it is stored, so a client
-/// that reads it can fetch the response at once.
-pub async fn announce_end(em: &mut Emitter, response: &Response) {
+/// The terminal event of a finished response, numbered but not yet delivered: it is
+/// stored with the response first, so a client that reads it can fetch the response at
+/// once. A cancelled response has none.
+pub fn terminal(em: &mut Emitter, response: &Response) -> Option<StreamEvent> {
     let kind = match response.status.as_str() {
         "completed" => "response.completed",
         "incomplete" => "response.incomplete",
         "failed" => "response.failed",
-        _ => return,
+        _ => return None,
     };
-    em.response(kind, response).await;
+    em.number(kind, json!({ "response": response }))
 }
 
 enum End {

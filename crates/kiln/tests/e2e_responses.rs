@@ -3,7 +3,9 @@
 //! - the official `openai` SDK (`python/responses_checks.py`) on qwen2.5-coder-0.5b-instruct:
 //!   chains, streaming events, function tools, JSON schema output, store and delete,
 //!   per-key scoping, background runs and cancel, remote MCP tools against the official
-//!   `mcp` SDK's server (`python/mcp_server.py`), approvals, an unreachable server, errors;
+//!   `mcp` SDK's server (`python/mcp_server.py`), approvals, an unreachable server, errors,
+//!   and re-streaming (`GET /v1/responses/{id}?stream=true&starting_after=n`), which
+//!   also runs alone on the small test model;
 //! - a crash and restart: stored responses and a background run in flight survive (the
 //!   run is resumed and completes), and a conversation continues from a stored response;
 //! - a response store that is not a database stops the server with a message naming it,
@@ -52,6 +54,45 @@ fn python_responses_checks_pass() {
         Duration::from_secs(1500),
     );
     assert_checks_passed(&out, "responses", &server.log_tail());
+}
+
+/// The re-streaming checks alone, on the small test model: a stored streamed response
+/// re-streamed whole and from after event k, a background run followed from the middle
+/// to its end, a bad `starting_after`, another key's response.
+#[test]
+fn python_restream_checks_pass() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_string_lossy().to_string();
+    let server = start(&[
+        "--kv-cache-memory",
+        "128MiB",
+        "--api-key",
+        "sk-first",
+        "--api-key",
+        "sk-second",
+        "--data-dir",
+        &dir,
+    ]);
+    let out = run_script_with(
+        "responses_checks.py",
+        &server.base_url(),
+        MODEL,
+        // No MCP server: these checks do not call one.
+        &["http://127.0.0.1:9/mcp", "sk-first", "sk-second"]
+            .into_iter()
+            .chain(["restream stored", "restream background"])
+            .collect::<Vec<_>>(),
+        Duration::from_secs(600),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.lines().last() == Some("selected responses checks passed")
+            && stdout.matches("ok: restream").count() == 2,
+        "{stdout}\n{}\n--- server\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
 }
 
 fn serve_on(data: &Path) -> ServerProcess {

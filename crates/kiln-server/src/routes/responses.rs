@@ -1,5 +1,5 @@
-//! OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE
-//! /v1/responses/{id}`, `GET /v1/responses/{id}/input_items` and `POST
+//! OpenAI's Responses API: `POST /v1/responses`, `GET` (`?stream=true` re-streams it,
+//! `&starting_after=n` from after event `n`) and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items` and `POST
 //! /v1/responses/{id}/cancel`, mapped onto [`kiln_responses`].
 
 use std::collections::HashMap;
@@ -36,13 +36,12 @@ pub async fn retrieve(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    let responses = state.responses()?;
     if q.get("stream").is_some_and(|s| s == "true") {
-        return Err(ApiError::invalid(
-            "stream",
-            "streaming a stored response again is not supported; poll it without `stream`",
-        ));
+        let after = q.get("starting_after").map(String::as_str);
+        return Ok(sse(responses.replay(&ctx.caller, &id, after)?));
     }
-    Ok(Json(state.responses()?.get(&ctx.caller, &id)?).into_response())
+    Ok(Json(responses.get(&ctx.caller, &id)?).into_response())
 }
 
 pub async fn delete(
@@ -84,7 +83,8 @@ pub async fn input_items(
 }
 
 /// The events as OpenAI sends them: `event: <type>` and `data: <json>` per event. The
-/// body owns the stream, so a client that disconnects stops the response.
+/// body owns the stream, so a client that disconnects stops a created response (a
+/// re-stream stops only itself).
 pub fn sse(events: EventStream) -> Response {
     let frames = stream::unfold(events, |mut events| async move {
         let ev = events.next().await?;

@@ -1,6 +1,7 @@
 """Checks the Responses API of a running `kiln serve` with the official `openai` Python
 SDK: chains by previous_response_id, streaming events, function tools, JSON schema
 output, stored and unstored responses, input items, delete, background runs and cancel,
+re-streaming a response (`retrieve(stream=True, starting_after=...)`),
 per-key scoping, remote MCP tools (against `mcp_server.py`), approvals, and errors.
 
 Usage: python responses_checks.py BASE_URL MODEL MCP_URL KEY OTHER_KEY [CHECK...]
@@ -309,6 +310,52 @@ def bad_requests():
     assert body["param"] == "max_output_tokens", body
 
 
+def dump(events):
+    return [e.model_dump(mode="json") for e in events]
+
+
+def restream_stored():
+    events = list(create(input="Count from one to five in words.", max_output_tokens=24,
+                         stream=True))
+    rid = events[-1].response.id
+    # Re-streamed whole: the same events, numbered the same.
+    assert dump(client.responses.retrieve(rid, stream=True)) == dump(events)
+    # Resumed after event k: exactly the tail.
+    for k in (0, 3, len(events) - 2, len(events) - 1):
+        tail = list(client.responses.retrieve(rid, stream=True, starting_after=k))
+        assert dump(tail) == dump(events[k + 1:]), k
+    body = expect_status(400, lambda: client.responses.retrieve(rid, stream=True,
+                                                                starting_after=-1))
+    assert body["param"] == "starting_after", body
+    expect_status(404, lambda: other.responses.retrieve(rid, stream=True))
+    expect_status(404, lambda: client.responses.retrieve("resp_missing", stream=True))
+
+
+def restream_background():
+    # Long enough to be still running when it is resumed.
+    r = create(input="Count from 1 to 1000, one number per line, and nothing else.",
+               max_output_tokens=2000, background=True)
+    first = []
+    stream = client.responses.retrieve(r.id, stream=True)
+    for e in stream:
+        first.append(e)
+        if e.type == "response.output_text.delta":
+            break
+    stream.close()
+    now = client.responses.retrieve(r.id)
+    assert now.status in ("queued", "in_progress"), now.status
+    k = first[-1].sequence_number
+    rest = list(client.responses.retrieve(r.id, stream=True, starting_after=k))
+    assert rest[0].sequence_number == k + 1, rest[0]
+    assert rest[-1].type in ("response.completed", "response.incomplete"), rest[-1].type
+    seen = first + rest
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    final = client.responses.retrieve(r.id)
+    assert final.status == rest[-1].response.status and text == final.output_text and text
+    assert dump(client.responses.retrieve(r.id, stream=True)) == dump(seen)
+
+
 CHECKS = [
     ("basic", basic),
     ("chain", chain),
@@ -325,5 +372,7 @@ CHECKS = [
     ("mcp approval", mcp_approval),
     ("mcp unreachable", mcp_unreachable),
     ("bad requests", bad_requests),
+    ("restream stored", restream_stored),
+    ("restream background", restream_background),
 ]
 run_checks(CHECKS, set(sys.argv[6:]), "responses")

@@ -1,0 +1,65 @@
+//! Re-streaming a response (`GET /v1/responses/{id}?stream=true`): a stored response's
+//! recorded events, or a running background response's events so far and then live
+//! ones until it ends, from after `starting_after`.
+//!
+//! Events are recorded as a run emits them, not rebuilt from the stored output: the
+//! text deltas a client saw cannot be rebuilt from the final text. Every run of a
+//! stored response numbers its events as a live stream does, whether or not anyone
+//! listens, so a re-stream is the event list a streaming client got, and a client
+//! resuming with `starting_after = n` gets exactly its tail after event `n`.
+//!
+//! A log is bounded by [`Limits::max_event_bytes`](crate::Limits::max_event_bytes): a
+//! run whose events pass it keeps none (followers get an `error` event and end) and
+//! its response is read without `stream`.
+
+use kiln_api::Caller;
+
+use crate::error::{ResponsesError, Result};
+use crate::event_log::EventStream;
+use crate::service::Responses;
+
+/// `starting_after` as the client sent it: a non-negative integer.
+pub fn starting_after(v: Option<&str>) -> Result<Option<u64>> {
+    v.map(|s| {
+        s.parse::<u64>().map_err(|_| {
+            ResponsesError::invalid(
+                "starting_after",
+                format!("`starting_after` must be a non-negative integer, not '{s}'"),
+            )
+        })
+    })
+    .transpose()
+}
+
+impl Responses {
+    /// `caller`'s response `id` as events after `starting_after` (the query value, a
+    /// non-negative integer): recorded ones when it has ended, or its events so far
+    /// and then live ones while it runs in the background. Another key's response, or
+    /// one not stored, is not found.
+    pub fn replay(
+        &self,
+        caller: &Caller,
+        id: &str,
+        starting_after: Option<&str>,
+    ) -> Result<EventStream> {
+        let after = self::starting_after(starting_after)?;
+        let stored = self.stored(caller, id)?;
+        if let Some(log) = self.running_log(id) {
+            return Ok(log.follow(after));
+        }
+        if let Some(events) = self.store().events(&caller.key_id, id)? {
+            return Ok(EventStream::replayed(events, after));
+        }
+        let status = stored.response.status;
+        let why = if matches!(status.as_str(), "queued" | "in_progress") {
+            format!("response '{id}' is {status} but not running yet; poll it without `stream`")
+        } else {
+            format!(
+                "response '{id}' was stored without its events (they passed {} bytes, or an \
+                 older server stored it); retrieve it without `stream`",
+                self.limits().max_event_bytes
+            )
+        };
+        Err(ResponsesError::invalid("stream", why))
+    }
+}
