@@ -2,8 +2,8 @@
 //!
 //! Without a listener (a plain or background request) events are not sent, so the turn
 //! runs one code path either way; they are numbered the same, and recorded in the
-//! response's [`EventLog`] when it has one, so a stored response re-streams exactly
-//! as it streamed. A listener that goes away (the client disconnected) is remembered,
+//! response's [`EventLog`] when it has one (a stored background response), so a
+//! re-stream is numbered as a live stream would have been. A listener that goes away (the client disconnected) is remembered,
 //! and the turn stops at its next event.
 
 use std::sync::Arc;

@@ -2,11 +2,12 @@
 //! recorded events, or a running background response's events so far and then live
 //! ones until it ends, from after `starting_after`.
 //!
-//! Events are recorded as a run emits them, not rebuilt from the stored output: the
-//! text deltas a client saw cannot be rebuilt from the final text. Every run of a
-//! stored response numbers its events as a live stream does, whether or not anyone
-//! listens, so a re-stream is the event list a streaming client got, and a client
-//! resuming with `starting_after = n` gets exactly its tail after event `n`.
+//! As in OpenAI's API, this is for background responses (`background: true`). Their
+//! events are recorded as the run emits them, not rebuilt from the stored output (the
+//! text deltas cannot be rebuilt from the final text), numbered as a live stream
+//! numbers them, so a client resuming with `starting_after = n` gets exactly the tail
+//! after event `n`. Foreground responses record nothing: their storage stays the size
+//! of their output, and re-streaming one is a 400 naming `stream`.
 //!
 //! A log is bounded by [`Limits::max_event_bytes`](crate::Limits::max_event_bytes): a
 //! run whose events pass it keeps none (followers get an `error` event and end) and
@@ -51,7 +52,12 @@ impl Responses {
             return Ok(EventStream::replayed(events, after));
         }
         let status = stored.response.status;
-        let why = if matches!(status.as_str(), "queued" | "in_progress") {
+        let why = if !stored.response.background {
+            format!(
+                "response '{id}' was not created with `background: true`; only background \
+                 responses can be streamed again; retrieve it without `stream`"
+            )
+        } else if matches!(status.as_str(), "queued" | "in_progress") {
             format!("response '{id}' is {status} but not running yet; poll it without `stream`")
         } else {
             format!(

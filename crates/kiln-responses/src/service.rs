@@ -203,10 +203,12 @@ impl Responses {
         }
     }
 
-    /// A log for `turn`'s events when its response is stored.
+    /// A log for `turn`'s events when it is a stored background response: those are
+    /// what a client re-streams and resumes (as OpenAI's API has it). Foreground
+    /// responses keep none, so storing them costs no more than their output.
     fn log_for(&self, turn: &Turn) -> Option<Arc<EventLog>> {
         let max = self.limits.max_event_bytes;
-        turn.response.store.then(|| EventLog::new(max))
+        (turn.response.store && turn.response.background).then(|| EventLog::new(max))
     }
 
     /// Stores `r` (when `store`) with its events, the terminal one included; that

@@ -1,5 +1,5 @@
-//! Re-streaming responses (`Responses::replay`): a stored response's events again,
-//! whole or after `starting_after`, numbered as they streamed; a background run
+//! Re-streaming responses (`Responses::replay`): a background response's events again,
+//! whole or after `starting_after`, numbered as a stream numbers them; a background run
 //! followed from the middle to its end; the bound on recorded events; bad input and
 //! another key's response.
 
@@ -113,7 +113,40 @@ fn kinds(events: &[StreamEvent]) -> Vec<(u64, &str)> {
 }
 
 #[tokio::test]
-async fn a_streamed_response_restreams_exactly_and_resumes_after_any_event() {
+async fn a_background_response_restreams_exactly_and_resumes_after_any_event() {
+    let r = service(None, Limits::default());
+    let Ok(Created::Streaming(mut live)) = r.create(caller("a"), req(true, false)).await else {
+        panic!("a streamed response");
+    };
+    let streamed = drain(&mut live).await;
+    let Ok(Created::Background(queued)) = r.create(caller("a"), req(false, true)).await else {
+        panic!("a background response");
+    };
+    r.background_idle().await;
+    let all = replay(&r, "a", &queued.id, None);
+    // Numbered and shaped as a live stream is.
+    assert_eq!(kinds(&all), kinds(&streamed));
+    let end = all.last().expect("events");
+    assert_eq!(end.kind, "response.completed");
+    assert_eq!(end.fields["response"]["id"], queued.id.as_str());
+    for k in 0..all.len() + 2 {
+        let tail: Vec<_> = all.iter().skip(k + 1).cloned().collect();
+        assert_eq!(
+            replay(&r, "a", &queued.id, Some(&k.to_string())),
+            tail,
+            "after {k}"
+        );
+    }
+    let deltas: String = all
+        .iter()
+        .filter(|e| e.kind == "response.output_text.delta")
+        .filter_map(|e| e.fields["delta"].as_str())
+        .collect();
+    assert_eq!(deltas, PIECES.concat());
+}
+
+#[tokio::test]
+async fn a_foreground_response_keeps_no_events_and_is_not_restreamed() {
     let r = service(None, Limits::default());
     let Ok(Created::Streaming(mut live)) = r.create(caller("a"), req(true, false)).await else {
         panic!("a streamed response");
@@ -123,44 +156,16 @@ async fn a_streamed_response_restreams_exactly_and_resumes_after_any_event() {
         .as_str()
         .expect("id")
         .to_string();
-    assert_eq!(
-        streamed.last().map(|e| e.kind.as_str()),
-        Some("response.completed")
-    );
-    let seqs: Vec<u64> = streamed.iter().map(|e| e.sequence_number).collect();
-    assert_eq!(seqs, (0..streamed.len() as u64).collect::<Vec<_>>());
-    assert_eq!(replay(&r, "a", &id, None), streamed);
-    for k in 0..streamed.len() + 2 {
-        let tail: Vec<_> = streamed.iter().skip(k + 1).cloned().collect();
-        assert_eq!(
-            replay(&r, "a", &id, Some(&k.to_string())),
-            tail,
-            "after {k}"
-        );
-    }
-    let deltas: String = streamed
-        .iter()
-        .filter(|e| e.kind == "response.output_text.delta")
-        .filter_map(|e| e.fields["delta"].as_str())
-        .collect();
-    assert_eq!(deltas, PIECES.concat());
-}
-
-#[tokio::test]
-async fn a_plain_response_is_numbered_as_if_it_had_streamed() {
-    let r = service(None, Limits::default());
-    let Ok(Created::Streaming(mut live)) = r.create(caller("a"), req(true, false)).await else {
-        panic!("a streamed response");
-    };
-    let streamed = drain(&mut live).await;
     let Ok(Created::Done(plain)) = r.create(caller("a"), req(false, false)).await else {
         panic!("a plain response");
     };
-    let replayed = replay(&r, "a", &plain.id, None);
-    assert_eq!(kinds(&replayed), kinds(&streamed));
-    let end = replayed.last().expect("events");
-    assert_eq!(end.fields["response"]["status"], "completed");
-    assert_eq!(end.fields["response"]["id"], plain.id.as_str());
+    for id in [id.as_str(), plain.id.as_str()] {
+        let e = r.replay(&caller("a"), id, None).err().expect("refused");
+        assert!(
+            matches!(e, ResponsesError::Invalid { ref param, .. } if param == "stream"),
+            "{e}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -254,9 +259,10 @@ async fn events_past_the_bound_are_not_kept_but_the_response_is() {
             ..Limits::default()
         },
     );
-    let Ok(Created::Done(done)) = r.create(caller("a"), req(false, false)).await else {
-        panic!("a plain response");
+    let Ok(Created::Background(done)) = r.create(caller("a"), req(false, true)).await else {
+        panic!("a background response");
     };
+    r.background_idle().await;
     assert_eq!(
         r.get(&caller("a"), &done.id).expect("get").status,
         "completed"

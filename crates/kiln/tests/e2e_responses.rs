@@ -56,9 +56,10 @@ fn python_responses_checks_pass() {
     assert_checks_passed(&out, "responses", &server.log_tail());
 }
 
-/// The re-streaming checks alone, on the small test model: a stored streamed response
-/// re-streamed whole and from after event k, a background run followed from the middle
-/// to its end, a bad `starting_after`, another key's response.
+/// The re-streaming checks alone, on the small test model: a foreground response is not
+/// re-streamed (400), a background run followed from the middle to its end and then
+/// re-streamed whole and from after event k, a bad `starting_after`, another key's
+/// response.
 #[test]
 fn python_restream_checks_pass() {
     let data = tempfile::tempdir().expect("tempdir");
