@@ -7,6 +7,8 @@ use std::fmt;
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 
+use crate::TransportError;
+
 /// One accepted bearer token and the label its usage is reported under.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey {
@@ -59,6 +61,20 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 pub fn find_key<'k, K>(keys: &'k [K], secret: impl Fn(&K) -> &str, token: &str) -> Option<&'k K> {
     keys.iter()
         .find(|k| constant_time_eq(secret(k).as_bytes(), token.as_bytes()))
+}
+
+/// The key `accept` finds for the bearer token `headers` carry, or the 401 saying the
+/// `what` key (`API`, `admin`, ...) is missing or wrong.
+pub fn authorize<'k, K: ?Sized>(
+    headers: &HeaderMap,
+    what: &str,
+    accept: impl Fn(&str) -> Option<&'k K>,
+) -> Result<&'k K, TransportError> {
+    let Some(token) = bearer(headers) else {
+        let message = format!("missing {what} key: send it as `Authorization: Bearer <key>`");
+        return Err(TransportError::Unauthorized(message));
+    };
+    accept(token).ok_or_else(|| TransportError::Unauthorized(format!("invalid {what} key")))
 }
 
 impl ApiKey {

@@ -12,7 +12,7 @@ pub mod listen;
 mod settings;
 mod transport;
 
-pub use bearer::{bearer, find_key, ApiKey};
+pub use bearer::{authorize, bearer, find_key, ApiKey};
 pub use cors::{BadOrigin, CorsPolicy};
 pub use deadline::{body_deadline, is_body_timeout, BodyTimeout};
 pub use error::{

@@ -389,12 +389,10 @@ async fn require_api_key(State(state): State<RouterState>, req: Request, next: N
     if keys.is_empty() {
         return next.run(req).await;
     }
-    match kiln_http::bearer(req.headers()) {
-        None => TransportError::Unauthorized(
-            "missing API key: send it as `Authorization: Bearer <key>`".into(),
-        )
-        .into_response(),
-        Some(t) if kiln_http::find_key(keys, |k| k, t).is_some() => next.run(req).await,
-        Some(_) => TransportError::Unauthorized("invalid API key".into()).into_response(),
+    match kiln_http::authorize(req.headers(), "API", |t| {
+        kiln_http::find_key(keys, |k| k, t)
+    }) {
+        Ok(_) => next.run(req).await,
+        Err(refused) => refused.into_response(),
     }
 }

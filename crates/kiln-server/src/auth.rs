@@ -9,7 +9,6 @@
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use kiln_http::TransportError;
 
 use crate::error::ApiError;
 use crate::lease::Caller;
@@ -97,16 +96,11 @@ pub(crate) fn refuse_unmatched(state: &AppState, req: &Request) -> Option<ApiErr
     authorize(req, "API", any).err()
 }
 
-/// The key `accept` finds for the request's bearer token, or the 401 naming `what` key
-/// is missing or wrong.
+/// [`kiln_http::authorize`] on the request's headers, as an [`ApiError`].
 fn authorize<'k>(
     req: &Request,
     what: &str,
     accept: impl Fn(&str) -> Option<&'k ApiKey>,
 ) -> Result<&'k ApiKey, ApiError> {
-    let Some(token) = kiln_http::bearer(req.headers()) else {
-        let message = format!("missing {what} key: send it as `Authorization: Bearer <key>`");
-        return Err(TransportError::Unauthorized(message).into());
-    };
-    accept(token).ok_or_else(|| TransportError::Unauthorized(format!("invalid {what} key")).into())
+    Ok(kiln_http::authorize(req.headers(), what, accept)?)
 }
