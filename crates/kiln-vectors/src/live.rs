@@ -7,8 +7,10 @@
 //! SQLite and the graph that reflects it. Vectors committed but not yet in the graph
 //! (the log replayed at load, or every vector while a graph is rebuilt) are the
 //! graph's `tail`: searched exactly, and moved into the graph a chunk at a time by
-//! the graph worker (`worker.rs`), so no query waits for a build. A graph that
-//! failed to take a committed write is dropped and rebuilt: SQLite is the truth.
+//! the graph worker (`worker.rs`), so a query waits at most for one chunk's inserts
+//! (under the write lock: usearch's search must not run beside an insert), never for
+//! a build. A graph that failed to take a committed write is dropped and rebuilt:
+//! SQLite is the truth.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -94,8 +96,7 @@ impl Graph {
 pub struct GraphStats {
     /// Vectors in the graph.
     pub in_graph: usize,
-    /// Committed vectors not yet in the graph, searched exactly meanwhile. While the
-    /// worker inserts a chunk, its vectors count both here and in `in_graph`.
+    /// Committed vectors not yet in the graph, searched exactly meanwhile.
     pub pending: usize,
     /// Times the graph was loaded from its file since this process opened the database.
     pub loads: u64,
@@ -317,28 +318,20 @@ impl LiveIndex {
         if chunk.is_empty() {
             return Ok(0);
         }
-        {
-            // Reserving moves the graph's tables: alone, under the write lock.
-            let g = self.graph.write().unwrap_or_else(|e| e.into_inner());
-            if let Some(graph) = g.as_ref() {
-                graph.ann.reserve(graph.ann.len() + chunk.len())?;
-            }
-        }
-        {
-            // Inserting alongside queries (usearch inserts concurrently); until the
-            // keys leave the tail a query may see them twice, and merges them.
-            let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(graph) = g.as_ref() {
-                let items: Vec<(u64, &[f32])> =
-                    chunk.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-                add_parallel(graph.ann.as_ref(), &items)?;
-            }
-        }
         let left = {
+            // Inserted under the write lock, like `apply`'s: usearch's base-layer search
+            // reads neighbour lists unlocked ("assuming read-only simultaneous access"),
+            // and an insert links a node on its upper levels before its base one and
+            // rewrites neighbours' lists in place, so a query beside it could stop at an
+            // unlinked node (1 candidate instead of ef: recall collapsed) or race a
+            // rewrite (undefined behaviour). Queries wait for one chunk at most.
             let mut g = self.graph.write().unwrap_or_else(|e| e.into_inner());
             let Some(graph) = g.as_mut() else {
                 return Ok(0);
             };
+            graph.ann.reserve(graph.ann.len() + chunk.len())?;
+            let items: Vec<(u64, &[f32])> = chunk.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+            add_parallel(graph.ann.as_ref(), &items)?;
             for (k, _) in &chunk {
                 graph.tail.remove(k);
             }
@@ -538,4 +531,70 @@ impl LiveSet {
 /// Deletes the graph file of a deleted index (after its rows are gone).
 pub(crate) fn forget_file(dir: &Path, index_id: i64) {
     graph_file::remove(dir, index_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    /// Queries beside the worker inserting a tail walk a whole graph: each returns its
+    /// full candidate list. (Inserting beside queries let a walk reach a node linked on
+    /// its upper levels but not yet on the base one, and stop there with 1 candidate.)
+    #[test]
+    fn queries_beside_the_drain_see_a_whole_graph() {
+        let params = GraphParams::default();
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store {
+            conn: Mutex::new(kiln_db::open_in_memory(&crate::schema::SCHEMA).expect("db")),
+            dir: dir.path().to_path_buf(),
+            params,
+            live: LiveSet::default(),
+            drain: Mutex::new(None),
+        };
+        let shape = Shape {
+            index_id: 1,
+            dimensions: 16,
+            metric: Metric::Cosine,
+        };
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut vector = || -> Vec<f32> { (0..16).map(|_| rng.random::<f32>() - 0.5).collect() };
+        let ann = Usearch::new(16, shape.metric, &params).expect("graph");
+        let tail = (0..20_000).map(|k| (k, vector())).collect();
+        let queries: Vec<Vec<f32>> = (0..100).map(|_| vector()).collect();
+        let live = LiveIndex::default();
+        *live.graph.write().expect("lock") = Some(Graph {
+            ann: Box::new(ann),
+            tail,
+            shape,
+        });
+        let ef = params.expansion_search;
+        assert!(live.drain(&store).expect("a first chunk") > 0 && DRAIN_CHUNK >= ef);
+        let (mut asked, mut short) = (0, Vec::new());
+        std::thread::scope(|s| {
+            s.spawn(|| while live.drain(&store).expect("drain") > 0 {});
+            loop {
+                let g = live.read(&store, &shape).expect("read");
+                let graph = g.as_ref().expect("graph");
+                let found = graph
+                    .ann
+                    .search(&queries[asked % queries.len()], ef, ef, None)
+                    .expect("search");
+                if found.len() < ef {
+                    short.push(found.len());
+                }
+                asked += 1;
+                if graph.tail.is_empty() {
+                    break;
+                }
+            }
+        });
+        assert!(
+            short.is_empty(),
+            "{} of {asked} searches found fewer than {ef}: {short:?}",
+            short.len()
+        );
+    }
 }

@@ -98,8 +98,8 @@ pub(crate) fn scan(
     best(scored, metric, top_k)
 }
 
-/// The `top_k` closest of `scored`, each key once (a key being moved from the tail
-/// into the graph can be in both).
+/// The `top_k` closest of `scored`, each key once (a chunk the worker failed to
+/// insert whole can leave a key in both the graph and its tail).
 pub(crate) fn best(mut scored: Vec<(u64, f32)>, metric: Metric, top_k: usize) -> Vec<(u64, f32)> {
     scored.sort_by(|a, b| metric.closer_first(a.1, b.1));
     let mut seen = HashSet::with_capacity(scored.len().min(4 * top_k));
