@@ -143,6 +143,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     fn kv_shape(kv: &Self::Kv) -> KvShape;
 
+    /// Appends the stored bytes of KV block `block` (every layer, K and V) to `out`, in
+    /// a layout [`import_kv_block`](Self::import_kv_block) of a cache with the same
+    /// shape and dtype reads back bit for bit: what a disk tier keeps of a block.
+    fn export_kv_block(kv: &Self::Kv, block: usize, out: &mut Vec<u8>);
+
+    /// Overwrites KV block `block` with bytes [`export_kv_block`](Self::export_kv_block)
+    /// wrote; false (and nothing written) if their length does not fit this cache.
+    fn import_kv_block(kv: &mut Self::Kv, block: usize, bytes: &[u8]) -> bool;
+
     /// `out[r] = table[tokens[r]] · scale`.
     fn embed(
         &self,

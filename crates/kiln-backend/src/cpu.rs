@@ -128,6 +128,14 @@ impl Backend for CpuBackend {
         kv.shape
     }
 
+    fn export_kv_block(kv: &KvCache, block: usize, out: &mut Vec<u8>) {
+        kv.export_block(block, out);
+    }
+
+    fn import_kv_block(kv: &mut KvCache, block: usize, bytes: &[u8]) -> bool {
+        kv.import_block(block, bytes)
+    }
+
     fn embed(&self, table: &QMatrix, tokens: &[u32], scale: Option<f32>, out: &mut Vec<f32>) {
         let d = table.cols;
         for (r, &tok) in tokens.iter().enumerate() {

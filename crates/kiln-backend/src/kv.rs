@@ -210,6 +210,94 @@ impl KvCache {
     }
 }
 
+/// Whole blocks as bytes, for the engine's disk tier. Per layer, K then V, per head the
+/// block's `block_size × head_dim` elements (little endian), and for q8_0 the quants then
+/// their scales: the store's own bits, so a block read back is the block written.
+impl KvCache {
+    /// Bytes [`export_block`](Self::export_block) writes per block.
+    pub fn block_bytes(&self) -> usize {
+        self.shape.block_bytes(self.dtype)
+    }
+
+    /// Appends block `block`'s bytes to `out`.
+    pub fn export_block(&self, block: usize, out: &mut Vec<u8>) {
+        out.reserve(self.block_bytes());
+        let n = self.shape.block_size * self.shape.head_dim;
+        for layer in 0..self.shape.n_layers {
+            for store in [&self.k[layer], &self.v[layer]] {
+                for head in 0..self.shape.n_kv_heads {
+                    let o = self.offset(block * self.shape.block_size, head);
+                    match store {
+                        Store::F16(d) => {
+                            out.extend(d[o..o + n].iter().flat_map(|x| x.to_le_bytes()))
+                        }
+                        Store::F32(d) => {
+                            out.extend(d[o..o + n].iter().flat_map(|x| x.to_le_bytes()))
+                        }
+                        Store::Q8_0(q, d) => {
+                            out.extend(q[o..o + n].iter().map(|&x| x as u8));
+                            let s = &d[o / Q8_BLOCK..(o + n) / Q8_BLOCK];
+                            out.extend(s.iter().flat_map(|x| x.to_le_bytes()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Overwrites block `block` with `bytes` from [`export_block`](Self::export_block)
+    /// of a cache with this shape and dtype; false if their length is not one block's.
+    pub fn import_block(&mut self, block: usize, bytes: &[u8]) -> bool {
+        if bytes.len() != self.block_bytes() || block >= self.shape.num_blocks {
+            return false;
+        }
+        let n = self.shape.block_size * self.shape.head_dim;
+        let mut at = 0;
+        let mut take = |len: usize| {
+            let s = &bytes[at..at + len];
+            at += len;
+            s
+        };
+        for layer in 0..self.shape.n_layers {
+            for kv in 0..2 {
+                for head in 0..self.shape.n_kv_heads {
+                    let o = self.offset(block * self.shape.block_size, head);
+                    let store = if kv == 0 {
+                        &mut self.k[layer]
+                    } else {
+                        &mut self.v[layer]
+                    };
+                    match store {
+                        Store::F16(d) => {
+                            for (x, b) in d[o..o + n].iter_mut().zip(take(2 * n).chunks_exact(2)) {
+                                *x = f16::from_le_bytes([b[0], b[1]]);
+                            }
+                        }
+                        Store::F32(d) => {
+                            for (x, b) in d[o..o + n].iter_mut().zip(take(4 * n).chunks_exact(4)) {
+                                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                            }
+                        }
+                        Store::Q8_0(q, d) => {
+                            for (x, &b) in q[o..o + n].iter_mut().zip(take(n)) {
+                                *x = b as i8;
+                            }
+                            let scales = &mut d[o / Q8_BLOCK..(o + n) / Q8_BLOCK];
+                            for (x, b) in scales
+                                .iter_mut()
+                                .zip(take(2 * n / Q8_BLOCK).chunks_exact(2))
+                            {
+                                *x = f16::from_le_bytes([b[0], b[1]]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
 /// q8_0 as llama.cpp quantizes its cache: d = amax/127 (stored f16), q = round(x·127/amax)
 /// with ties to even.
 fn quantize_q8(src: &[f32], q: &mut [i8], d: &mut [f16]) {
@@ -271,6 +359,41 @@ mod tests {
                     .zip(&v[head * 64..(head + 1) * 64])
                 {
                     assert!((a - b).abs() <= tol, "{dtype:?} v: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_block_exported_and_imported_is_the_same_block() {
+        let s = shape();
+        let k: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
+        let v: Vec<f32> = k.iter().map(|x| x * -2.0).collect();
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+            let mut a = KvCache::new(s, dtype);
+            for slot in 4..8 {
+                for layer in 0..2 {
+                    a.write(layer, slot, &k, &v);
+                }
+            }
+            let mut bytes = Vec::new();
+            a.export_block(1, &mut bytes);
+            assert_eq!(bytes.len(), s.block_bytes(dtype));
+            let mut b = KvCache::new(s, dtype);
+            assert!(!b.import_block(2, &bytes[1..]), "wrong length refused");
+            assert!(b.import_block(2, &bytes));
+            let mut again = Vec::new();
+            b.export_block(2, &mut again);
+            assert_eq!(bytes, again, "{dtype:?}");
+            let (mut x, mut y) = (vec![0f32; 4 * 64], vec![0f32; 4 * 64]);
+            for layer in 0..2 {
+                for head in 0..2 {
+                    a.read_k(layer, 1, head, 4, &mut x);
+                    b.read_k(layer, 2, head, 4, &mut y);
+                    assert_eq!(x, y);
+                    a.read_v(layer, 1, head, 4, &mut x);
+                    b.read_v(layer, 2, head, 4, &mut y);
+                    assert_eq!(x, y);
                 }
             }
         }

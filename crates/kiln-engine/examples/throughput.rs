@@ -45,6 +45,7 @@ fn main() {
             max_model_len: PROMPT + NEW_TOKENS,
             enable_prefix_caching: false,
             speculative: kiln_engine::SpecMode::Off,
+            kv_disk: None,
         };
         let mut core = EngineCore::new(model, config, vec![2]).expect("engine");
         let mut rxs = Vec::new();

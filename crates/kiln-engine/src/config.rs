@@ -2,6 +2,7 @@
 
 use kiln_backend::KvDtype;
 
+use crate::kv::DiskTierConfig;
 use crate::spec::SpecMode;
 
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct EngineConfig {
     pub enable_prefix_caching: bool,
     /// Speculative decoding from the sequences' own tokens (see [`crate::spec`]).
     pub speculative: SpecMode,
+    /// The prefix cache's disk tier, if any (see [`crate::kv::disk`]).
+    pub kv_disk: Option<DiskTierConfig>,
 }
 
 impl EngineConfig {

@@ -2,7 +2,7 @@
 //!
 //! The CLI and the HTTP server both load models through here, so they behave the same.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kiln_backend::KvDtype;
@@ -11,6 +11,7 @@ use kiln_tokenizer::{ChatTemplate, Tokenizer};
 
 use crate::core::EngineCore;
 use crate::handle::{EngineHandle, EngineThread};
+use crate::kv::{disk, DiskTierConfig};
 use crate::output::TextStream;
 use crate::request::GenerateRequest;
 use crate::spec::SpecMode;
@@ -33,6 +34,9 @@ pub struct ServingOptions {
     pub enable_prefix_caching: bool,
     pub speculative: SpecMode,
     pub load: LoadOptions,
+    /// The prefix cache's disk tier: its root directory (each model and KV layout gets
+    /// its own directory under it) and the bytes each model may keep there.
+    pub kv_disk: Option<(PathBuf, u64)>,
 }
 
 impl ServingOptions {
@@ -48,6 +52,7 @@ impl ServingOptions {
             enable_prefix_caching: true,
             speculative: SpecMode::Auto,
             load: LoadOptions::detect(),
+            kv_disk: None,
         }
     }
 }
@@ -136,6 +141,16 @@ impl ServingModel {
             max_model_len,
             enable_prefix_caching: opts.enable_prefix_caching,
             speculative: opts.speculative,
+            kv_disk: None,
+        };
+        let kv_disk = opts.kv_disk.as_ref().map(|(root, budget)| DiskTierConfig {
+            root: root.clone(),
+            budget_bytes: *budget,
+            fingerprint: kv_fingerprint(&model, opts),
+        });
+        let engine_config = EngineConfig {
+            kv_disk,
+            ..engine_config
         };
         let (cfg, eos) = (engine_config.clone(), tokenizer.eos_ids().to_vec());
         let (handle, thread) = crate::handle::spawn(move || EngineCore::new(model, cfg, eos))?;
@@ -176,4 +191,30 @@ impl ServingModel {
             t.join();
         }
     }
+}
+
+/// The disk tier's fingerprint for `model` served with `opts`: the model file's content
+/// (weights, tokenizer, chat template, RoPE settings), the KV dtype and block size, the
+/// parsed model settings, the kernels (another ISA rounds differently) and this build of
+/// Kiln (its executable's size and time: a rebuilt engine may compute other K/V bits).
+fn kv_fingerprint(model: &Model, opts: &ServingOptions) -> [u8; 32] {
+    let started = std::time::Instant::now();
+    let digest = model.content_digest();
+    let build = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map(|m| format!("{} {:?}", m.len(), m.modified().ok()))
+        .unwrap_or_default();
+    let layout = format!(
+        "kv {:?} block {} kernels {} model {:?} kiln {} build {build}",
+        opts.kv_dtype,
+        opts.block_size,
+        opts.load.kernels.isa().name(),
+        model.config(),
+        env!("CARGO_PKG_VERSION"),
+    );
+    tracing::debug!(
+        ms = started.elapsed().as_millis() as u64,
+        "fingerprinted the model for the KV disk tier"
+    );
+    disk::fingerprint(&digest, &layout)
 }

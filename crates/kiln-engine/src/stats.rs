@@ -9,6 +9,10 @@ use crate::kv::PrefixCacheStats;
 use crate::request::FinishReason;
 use crate::spec::MAX_DRAFT;
 
+/// Steps of at least this many tokens price a computed prompt token (decode steps cost
+/// far more per token, and would overstate what a disk hit saves).
+const PREFILL_STEP: usize = 64;
+
 #[derive(Default)]
 struct Inner {
     num_running: AtomicU64,
@@ -40,6 +44,16 @@ struct Inner {
     spec_draft_tokens: AtomicU64,
     spec_accepted_tokens: AtomicU64,
     spec_accepted_per_pos: [AtomicU64; MAX_DRAFT],
+    /// Forward time and tokens of prefill-sized steps (see `PREFILL_STEP`).
+    prefill_ns: AtomicU64,
+    prefill_tokens: AtomicU64,
+    disk_hit_tokens: AtomicU64,
+    disk_miss_tokens: AtomicU64,
+    disk_read_bytes: AtomicU64,
+    disk_written_bytes: AtomicU64,
+    disk_stored_bytes: AtomicU64,
+    disk_bad_blocks: AtomicU64,
+    disk_skipped_blocks: AtomicU64,
 }
 
 /// A cheap, cloneable view of the engine's counters.
@@ -89,6 +103,27 @@ pub struct StatsSnapshot {
     /// (what masks cost the step's critical path).
     pub mask_wait_time: Duration,
     pub spec_decode: SpecDecodeStats,
+    pub kv_disk: KvDiskStats,
+}
+
+/// The KV disk tier's counters (all zero without one).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvDiskStats {
+    /// Prompt tokens whose blocks were read from disk instead of computed.
+    pub hit_tokens: u64,
+    /// Prompt tokens looked up on disk (past the RAM cache) and not found.
+    pub miss_tokens: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Bytes of block files the tier holds now.
+    pub stored_bytes: u64,
+    /// Block files that failed their checks (deleted, never used).
+    pub bad_blocks: u64,
+    /// Blocks not written because the writer was behind or the disk failed.
+    pub skipped_blocks: u64,
+    /// Forward-pass time the hits saved, estimated at the mean time per token of the
+    /// prefill-sized steps run so far (0 until one has run).
+    pub saved_time: Duration,
 }
 
 /// Speculative decoding counters, with vLLM's meanings.
@@ -187,6 +222,10 @@ impl EngineStats {
         i.schedule_ns.fetch_add(schedule.as_nanos() as u64, Relaxed);
         i.model_ns.fetch_add(model.as_nanos() as u64, Relaxed);
         i.update_ns.fetch_add(update.as_nanos() as u64, Relaxed);
+        if batched_tokens >= PREFILL_STEP {
+            i.prefill_ns.fetch_add(model.as_nanos() as u64, Relaxed);
+            i.prefill_tokens.fetch_add(batched_tokens as u64, Relaxed);
+        }
     }
 
     /// Adds one step's forward-pass breakdown and sampling time.
@@ -242,6 +281,33 @@ impl EngineStats {
         i.prefix_hits.store(prefix.hits, Relaxed);
     }
 
+    pub(crate) fn kv_disk_lookup(&self, hit_tokens: usize, miss_tokens: usize) {
+        self.0.disk_hit_tokens.fetch_add(hit_tokens as u64, Relaxed);
+        self.0
+            .disk_miss_tokens
+            .fetch_add(miss_tokens as u64, Relaxed);
+    }
+
+    pub(crate) fn kv_disk_read(&self, bytes: u64) {
+        self.0.disk_read_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn kv_disk_written(&self, bytes: u64) {
+        self.0.disk_written_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn kv_disk_stored(&self, bytes: u64) {
+        self.0.disk_stored_bytes.store(bytes, Relaxed);
+    }
+
+    pub(crate) fn kv_disk_bad_block(&self) {
+        self.0.disk_bad_blocks.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn kv_disk_skipped(&self) {
+        self.0.disk_skipped_blocks.fetch_add(1, Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         let i = &self.0;
         let l = |a: &AtomicU64| a.load(Relaxed);
@@ -278,6 +344,19 @@ impl EngineStats {
                 draft_tokens: l(&i.spec_draft_tokens),
                 accepted_tokens: l(&i.spec_accepted_tokens),
                 accepted_per_pos: std::array::from_fn(|p| l(&i.spec_accepted_per_pos[p])),
+            },
+            kv_disk: KvDiskStats {
+                hit_tokens: l(&i.disk_hit_tokens),
+                miss_tokens: l(&i.disk_miss_tokens),
+                read_bytes: l(&i.disk_read_bytes),
+                written_bytes: l(&i.disk_written_bytes),
+                stored_bytes: l(&i.disk_stored_bytes),
+                bad_blocks: l(&i.disk_bad_blocks),
+                skipped_blocks: l(&i.disk_skipped_blocks),
+                saved_time: Duration::from_nanos(
+                    (l(&i.prefill_ns) as f64 / l(&i.prefill_tokens).max(1) as f64
+                        * l(&i.disk_hit_tokens) as f64) as u64,
+                ),
             },
         }
     }

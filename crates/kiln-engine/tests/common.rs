@@ -29,6 +29,7 @@ pub fn config_with(num_kv_blocks: usize, max_model_len: usize) -> EngineConfig {
         max_model_len,
         enable_prefix_caching: true,
         speculative: kiln_engine::SpecMode::Auto,
+        kv_disk: None,
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod batch;
 mod config;
+mod content_digest;
 mod diagnose;
 mod error;
 mod forward;
@@ -20,7 +21,7 @@ mod weights;
 mod workspace;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use kiln_backend::{Backend, CpuBackend, KvDtype, KvShape};
@@ -29,6 +30,7 @@ use kiln_kernels::KernelTable;
 
 pub use batch::BatchInput;
 pub use config::{Arch, ModelConfig};
+pub use content_digest::content_digest;
 pub use error::{Error, Result};
 pub use kiln_backend::Activation;
 pub use kiln_backend::SeqSpan;
@@ -47,6 +49,9 @@ pub struct Model<B: Backend = CpuBackend> {
     prepared_from_cache: bool,
     /// The thread writing this load's prepared copies to the pack cache, if any.
     pack_writer: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
+    /// The file's content digest, once something needed it, and the threads that hash.
+    digest: OnceLock<[u8; 32]>,
+    threads: usize,
     backend: B,
 }
 
@@ -109,7 +114,7 @@ impl Model<CpuBackend> {
 pub struct Prepare {
     /// Where prepared copies are kept between loads.
     pub cache: Option<PackCache>,
-    /// Threads that fingerprint the weights for the cache.
+    /// Threads that hash the model file for the cache's fingerprint.
     pub threads: usize,
 }
 
@@ -119,8 +124,19 @@ impl<B: Backend> Model<B> {
     pub fn with_backend(file: Arc<GgufFile>, backend: B, prepare: Option<Prepare>) -> Result<Self> {
         let config = ModelConfig::from_gguf(&file)?;
         let mut weights = weights::Weights::load(&file, &config, &backend)?;
+        let digest = OnceLock::new();
+        let threads = prepare.as_ref().map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |p| p.threads,
+        );
         let (packed_bytes, outcome) = match prepare {
-            Some(p) => weights.prepare(&backend, &file, p.cache.as_ref(), p.threads),
+            Some(p) => {
+                let content = match &p.cache {
+                    Some(_) => *digest.get_or_init(|| content_digest(&file, threads)),
+                    None => [0; 32],
+                };
+                weights.prepare(&backend, &file, p.cache.as_ref(), &content)
+            }
             None => (0, PackOutcome::Off),
         };
         let prepared_from_cache = matches!(outcome, PackOutcome::Mapped);
@@ -135,6 +151,8 @@ impl<B: Backend> Model<B> {
             packed_bytes,
             prepared_from_cache,
             pack_writer: Mutex::new(pack_writer),
+            digest,
+            threads,
             backend,
         })
     }
@@ -152,6 +170,14 @@ impl<B: Backend> Model<B> {
     /// Memory taken by weights repacked for the batched kernels (0 if none were).
     pub fn packed_bytes(&self) -> usize {
         self.packed_bytes
+    }
+
+    /// The digest of the model file's whole content (see [`content_digest`]): computed
+    /// at most once per load, and shared by the pack cache and the engine's KV disk tier.
+    pub fn content_digest(&self) -> [u8; 32] {
+        *self
+            .digest
+            .get_or_init(|| content_digest(&self.file, self.threads))
     }
 
     /// Whether the repacked weights were mapped from the pack cache (no repacking).

@@ -3,9 +3,9 @@
 //! pages.
 //!
 //! **Never wrong.** A cache file is named by the fingerprint of everything its bytes
-//! derive from: the backend's layout name and, per prepared matrix, its tensor name,
-//! type, shape and a hash of its data in the model file (the content, never the path or
-//! mtime). A changed tensor byte, another quantization or a new layout version is another
+//! derive from: the backend's layout name, the digest of the model file's whole content
+//! (never its path or mtime; computed once per load and shared with the engine's KV disk
+//! tier) and, per prepared matrix, its tensor name, type and shape. A changed byte, another quantization or a new layout version is another
 //! name, so a stale copy is never found, let alone read. The header repeats the
 //! fingerprint and is hashed; a file whose header does not check out is ignored (and
 //! replaced).
@@ -43,12 +43,12 @@ pub struct PackCache {
     dir: PathBuf,
 }
 
-/// One matrix's part of the fingerprint: its tensor and its source bytes.
+/// One matrix's part of the fingerprint: its tensor (its bytes are in the file's
+/// content digest).
 pub(crate) struct SourceMatrix<'a> {
     pub name: &'a str,
     pub dtype: String,
     pub shape: &'a [u64],
-    pub data: &'a [u8],
 }
 
 /// How a load's prepared weights met the cache.
@@ -81,40 +81,26 @@ impl PackCache {
         self.dir.join(format!("{hex}.kpack"))
     }
 
-    /// The fingerprint of `layout`'s copies of `matrices`; their data is hashed on
-    /// `threads` threads (it is most of the model file, read once).
+    /// The fingerprint of `layout`'s copies of `matrices` of a model file whose
+    /// content digest is `content` (see [`crate::content_digest`]).
     pub(crate) fn fingerprint(
         layout: &str,
         matrices: &[SourceMatrix<'_>],
-        threads: usize,
+        content: &[u8; 32],
     ) -> Fingerprint {
-        let per_thread = matrices.len().div_ceil(threads.max(1)).max(1);
-        let mut data_hashes = vec![[0u8; 32]; matrices.len()];
-        std::thread::scope(|scope| {
-            for (ms, hs) in matrices
-                .chunks(per_thread)
-                .zip(data_hashes.chunks_mut(per_thread))
-            {
-                scope.spawn(move || {
-                    for (m, h) in ms.iter().zip(hs) {
-                        *h = *blake3::hash(m.data).as_bytes();
-                    }
-                });
-            }
-        });
         let mut key = blake3::Hasher::new();
         let mut field = |bytes: &[u8]| {
             key.update(&(bytes.len() as u64).to_le_bytes());
             key.update(bytes);
         };
         field(layout.as_bytes());
-        for (m, h) in matrices.iter().zip(&data_hashes) {
+        field(content);
+        for m in matrices {
             field(m.name.as_bytes());
             field(m.dtype.as_bytes());
             for d in m.shape {
                 field(&d.to_le_bytes());
             }
-            field(h);
         }
         *key.finalize().as_bytes()
     }
@@ -306,14 +292,13 @@ fn parse_header(map: &[u8], key: &Fingerprint, n: usize) -> Result<Vec<(u64, u64
 mod tests {
     use super::*;
 
-    fn sources<'a>(data: &'a [Vec<u8>], shape: &'a [u64]) -> Vec<SourceMatrix<'a>> {
-        data.iter()
-            .enumerate()
-            .map(|(i, d)| SourceMatrix {
-                name: ["a", "b", "c"][i],
+    fn sources(shape: &[u64]) -> Vec<SourceMatrix<'_>> {
+        ["a", "b", "c"]
+            .into_iter()
+            .map(|name| SourceMatrix {
+                name,
                 dtype: "q4_K".into(),
                 shape,
-                data: d,
             })
             .collect()
     }
@@ -322,9 +307,8 @@ mod tests {
     fn a_written_pack_reads_back_and_any_change_is_another_key() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = PackCache::new(dir.path().join("packed"));
-        let data = vec![vec![1u8; 100], vec![2u8; 5000], vec![3u8; 7]];
-        let shape = [16u64, 4];
-        let key = PackCache::fingerprint("layout v1", &sources(&data, &shape), 2);
+        let (content, shape) = ([1u8; 32], [16u64, 4]);
+        let key = PackCache::fingerprint("layout v1", &sources(&shape), &content);
         assert!(cache.open(&key, 3).expect("no file yet").is_none());
         let copies = [Some(&[9u8; 300][..]), None, Some(&[7u8; 5000][..])];
         cache.write(&key, &copies).expect("written");
@@ -339,23 +323,17 @@ mod tests {
         // Page-aligned, so the kernels' groups start aligned.
         assert!(matches!(e2, WeightBytes::Mapped { offset, .. } if offset % 4096 == 0));
 
-        // One byte of one tensor, the layout or a shape changes it; the threads do not.
-        let mut changed = data.clone();
-        changed[1][4321] ^= 1;
+        // The file's content, the layout or a shape changes it.
         assert_ne!(
-            PackCache::fingerprint("layout v1", &sources(&changed, &shape), 2),
+            PackCache::fingerprint("layout v1", &sources(&shape), &[2; 32]),
             key
         );
         assert_ne!(
-            PackCache::fingerprint("layout v2", &sources(&data, &shape), 2),
+            PackCache::fingerprint("layout v2", &sources(&shape), &content),
             key
         );
         assert_ne!(
-            PackCache::fingerprint("layout v1", &sources(&data, &[4, 16]), 2),
-            key
-        );
-        assert_eq!(
-            PackCache::fingerprint("layout v1", &sources(&data, &shape), 1),
+            PackCache::fingerprint("layout v1", &sources(&[4, 16]), &content),
             key
         );
         // Asked for another number of matrices: refused, not misread.

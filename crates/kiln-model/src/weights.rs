@@ -184,7 +184,7 @@ impl<B: Backend> Weights<B> {
         backend: &B,
         file: &GgufFile,
         cache: Option<&PackCache>,
-        threads: usize,
+        content: &[u8; 32],
     ) -> (usize, PackOutcome) {
         let Some((cache, layout)) = cache.zip(backend.prepared_layout()) else {
             return (self.prepare_each(backend, file, None), PackOutcome::Off);
@@ -198,14 +198,13 @@ impl<B: Backend> Weights<B> {
                     name,
                     dtype: t.dtype.to_string(),
                     shape: t.shape,
-                    data: t.data,
                 })
             })
             .collect();
         let Some(sources) = sources else {
             return (self.prepare_each(backend, file, None), PackOutcome::Off);
         };
-        let key = PackCache::fingerprint(&layout, &sources, threads);
+        let key = PackCache::fingerprint(&layout, &sources, content);
         match cache.open(&key, names.len()) {
             Ok(Some(pack)) => {
                 tracing::info!(dir = %cache.dir().display(), "prepared weights mapped from the pack cache");

@@ -11,7 +11,7 @@ use kiln_model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::EngineConfig;
-use crate::kv::KvManager;
+use crate::kv::{DiskTier, KvManager};
 use crate::masks::{self, SeqConstraint};
 use crate::plan::{StepPlan, SAMPLE_ROW};
 use crate::request::{EngineEvent, FinishReason, GenerateRequest, SeqTimings, StopConditions};
@@ -93,11 +93,25 @@ impl<B: Backend> EngineCore<B> {
             )));
         }
         let kv_cache = model.new_kv_cache(config.num_kv_blocks, config.block_size, config.kv_dtype);
-        let kv = KvManager::new(
+        let stats = EngineStats::new(config.num_kv_blocks);
+        let mut kv = KvManager::new(
             config.num_kv_blocks,
             config.block_size,
             config.enable_prefix_caching,
         );
+        if let Some(disk) = config
+            .kv_disk
+            .as_ref()
+            .filter(|_| config.enable_prefix_caching)
+        {
+            // A cache: a tier that cannot open costs its hits, not the model.
+            match DiskTier::open(disk, stats.clone()) {
+                Ok(tier) => kv.set_disk_tier(tier),
+                Err(e) => {
+                    tracing::warn!(dir = %disk.root.display(), error = %e, "KV disk tier unavailable; prefixes are cached in RAM only")
+                }
+            }
+        }
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens,
@@ -123,7 +137,6 @@ impl<B: Backend> EngineCore<B> {
             max_logits,
             ws,
         );
-        let stats = EngineStats::new(config.num_kv_blocks);
         Ok(Self {
             model,
             kv_cache,
@@ -236,10 +249,16 @@ impl<B: Backend> EngineCore<B> {
                 num_computed_tokens: 0,
                 cache_key: cache_key.clone(),
                 adapter: req.adapter.clone(),
-                blocks: self
-                    .scheduler
-                    .kv
-                    .new_seq(req.prompt.len() + stop.max_tokens),
+                blocks: {
+                    let mut b = self
+                        .scheduler
+                        .kv
+                        .new_seq(req.prompt.len() + stop.max_tokens);
+                    if req.adapter.is_some() {
+                        b.keep_off_disk();
+                    }
+                    b
+                },
                 num_cached_tokens: 0,
                 num_preemptions: 0,
                 prompt_leader: ids.first().copied(),
@@ -281,6 +300,7 @@ impl<B: Backend> EngineCore<B> {
     pub fn step(&mut self) -> bool {
         let t0 = Instant::now();
         self.spec.propose(&mut self.scheduler, &mut self.meta);
+        self.promote_from_disk();
         self.scheduler.schedule(&mut self.sched_out);
         if self.sched_out.scheduled.is_empty() {
             return false;
@@ -405,6 +425,8 @@ impl<B: Backend> EngineCore<B> {
                 &seq.cache_key,
             );
         }
+        let kv_cache = &self.kv_cache;
+        kv.write_to_disk(|b, out| B::export_kv_block(kv_cache, b as usize, out));
         self.stats.sampled(n_sampled);
         self.stats.step_parts(
             forward_profile.matmul,
@@ -423,6 +445,19 @@ impl<B: Backend> EngineCore<B> {
         );
         self.publish_gauges();
         true
+    }
+
+    /// Brings the disk tier's blocks of the next waiting prompts into RAM, so the
+    /// scheduler admits them with those blocks cached (each sequence is looked up once).
+    fn promote_from_disk(&mut self) {
+        let n = self.scheduler.config.max_num_seqs;
+        let kv_cache = &mut self.kv_cache;
+        let (kv, waiting) = self.scheduler.kv_and_next_waiting(n);
+        for seq in waiting.filter(|s| !s.wants_prompt_logprobs()) {
+            kv.promote_from_disk(&mut seq.blocks, &seq.tokens, &seq.cache_key, |b, bytes| {
+                B::import_kv_block(kv_cache, b as usize, bytes)
+            });
+        }
     }
 
     /// Updates the running/waiting/KV gauges readers see.

@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::block_pool::BlockPool;
+use super::disk::DiskTier;
 use super::prefix_hash::{hash_blocks, BlockHash};
 
 /// Prefix-cache counters in tokens, as vLLM reports them.
@@ -27,11 +28,21 @@ pub struct SeqBlocks {
     hashes: Vec<BlockHash>,
     /// Leading blocks already registered in the prefix cache.
     num_cached: usize,
+    /// Whether its blocks may go to and come from the disk tier (see [`DiskTier`]).
+    disk: bool,
+    /// Whether the disk tier was already asked for its prompt's blocks.
+    disk_checked: bool,
 }
 
 impl SeqBlocks {
     pub fn block_table(&self) -> &[u32] {
         &self.ids
+    }
+
+    /// Keeps this sequence's blocks off the disk tier (their key is only valid in this
+    /// process, like a LoRA adapter's load id).
+    pub fn keep_off_disk(&mut self) {
+        self.disk = false;
     }
 
     /// Returns every block (keeps the buffers for reuse).
@@ -54,6 +65,12 @@ pub struct KvManager {
     block_size: usize,
     prefix_caching: bool,
     stats: PrefixCacheStats,
+    disk: Option<DiskTier>,
+    /// Blocks hashed since the last [`write_to_disk`](Self::write_to_disk).
+    to_disk: Vec<(u32, BlockHash)>,
+    /// Reused by disk reads and hash chains.
+    disk_buf: Vec<u8>,
+    disk_hashes: Vec<BlockHash>,
 }
 
 impl KvManager {
@@ -63,6 +80,19 @@ impl KvManager {
             block_size,
             prefix_caching,
             stats: PrefixCacheStats::default(),
+            disk: None,
+            to_disk: Vec::new(),
+            disk_buf: Vec::new(),
+            disk_hashes: Vec::new(),
+        }
+    }
+
+    /// Backs the prefix cache with `tier` (only with prefix caching on).
+    pub fn set_disk_tier(&mut self, tier: DiskTier) {
+        if self.prefix_caching {
+            self.disk = Some(tier);
+            // Enough for a step's new full blocks; growth past it is amortised.
+            self.to_disk.reserve(1024);
         }
     }
 
@@ -96,6 +126,78 @@ impl KvManager {
             ids: Vec::with_capacity(blocks),
             hashes: Vec::with_capacity(blocks),
             num_cached: 0,
+            disk: true,
+            disk_checked: false,
+        }
+    }
+
+    /// Reads from the disk tier the blocks of `tokens`' prefix that follow those cached
+    /// in RAM, into free blocks that `import` fills (false: it could not), and caches
+    /// them as if computed; `seq`, still waiting, then finds them at admission. Runs once
+    /// per sequence, before it is scheduled, while the engine owns the KV store; returns
+    /// the tokens brought in.
+    pub fn promote_from_disk(
+        &mut self,
+        seq: &mut SeqBlocks,
+        tokens: &[u32],
+        extra: &[u8],
+        mut import: impl FnMut(u32, &[u8]) -> bool,
+    ) -> usize {
+        let Some(disk) = &self.disk else {
+            return 0;
+        };
+        if !seq.disk || seq.disk_checked || !seq.ids.is_empty() || tokens.len() < 2 {
+            return 0;
+        }
+        seq.disk_checked = true;
+        self.disk_hashes.clear();
+        hash_blocks(
+            &tokens[..tokens.len() - 1],
+            self.block_size,
+            extra,
+            &mut self.disk_hashes,
+        );
+        let mut pool = self.pool.borrow_mut();
+        let in_ram = self
+            .disk_hashes
+            .iter()
+            .take_while(|h| pool.lookup(h).is_some())
+            .count();
+        let wanted = &self.disk_hashes[in_ram..];
+        let on_disk = wanted.iter().take_while(|h| disk.contains(h)).count();
+        let mut blocks = Vec::new();
+        let n = on_disk.min(pool.num_free());
+        let mut brought = 0;
+        if n > 0 && pool.allocate(n, &mut blocks) {
+            for (&b, h) in blocks.iter().zip(wanted) {
+                if !disk.read(h, &mut self.disk_buf) || !import(b, &self.disk_buf) {
+                    break;
+                }
+                pool.cache(b, *h);
+                brought += 1;
+            }
+            // Free again, and most recently used: admission takes them back by hash.
+            pool.release(&blocks);
+        }
+        let bs = self.block_size;
+        disk.stats()
+            .kv_disk_lookup(brought * bs, (wanted.len() - brought) * bs);
+        brought * bs
+    }
+
+    /// Hands the blocks hashed since the last call to the disk tier, each exported by
+    /// `export` unless the tier has it already.
+    pub fn write_to_disk(&mut self, mut export: impl FnMut(u32, &mut Vec<u8>)) {
+        let Some(disk) = &self.disk else {
+            self.to_disk.clear();
+            return;
+        };
+        for (b, h) in self.to_disk.drain(..) {
+            if disk.wants(&h) {
+                let mut bytes = disk.buffer();
+                export(b, &mut bytes);
+                disk.write(h, bytes);
+            }
         }
     }
 
@@ -180,6 +282,9 @@ impl KvManager {
         let mut pool = self.pool.borrow_mut();
         for i in seq.num_cached..full {
             pool.cache(seq.ids[i], seq.hashes[i]);
+            if seq.disk && self.disk.is_some() {
+                self.to_disk.push((seq.ids[i], seq.hashes[i]));
+            }
         }
         seq.num_cached = full;
     }

@@ -124,6 +124,14 @@ impl Scheduler {
         (&mut self.kv, &mut self.running)
     }
 
+    /// The KV manager, and the waiting sequences next in line (at most `n`).
+    pub fn kv_and_next_waiting(
+        &mut self,
+        n: usize,
+    ) -> (&mut KvManager, impl Iterator<Item = &mut Sequence>) {
+        (&mut self.kv, self.waiting.iter_mut().take(n))
+    }
+
     /// Removes a sequence wherever it is, releasing its blocks; None if unknown.
     pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {

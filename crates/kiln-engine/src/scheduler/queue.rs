@@ -29,6 +29,11 @@ impl WaitQueue {
         self.by_order.first_key_value().map(|(_, s)| s)
     }
 
+    /// Every waiting sequence in (priority, arrival) order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Sequence> {
+        self.by_order.values_mut()
+    }
+
     pub fn contains(&self, id: SeqId) -> bool {
         self.key_of.contains_key(&id)
     }

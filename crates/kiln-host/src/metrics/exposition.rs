@@ -258,6 +258,7 @@ pub fn render(models: &[ModelSample<'_>]) -> String {
         &engine(|s| s.preemptions as f64),
     );
     spec_decode(&mut out, models);
+    super::kv_disk::render(&mut out, models);
 
     header(
         &mut out,
@@ -434,11 +435,16 @@ pub(super) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
+pub(super) fn gauge(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
     family(out, name, "gauge", help, values);
 }
 
-fn counter(out: &mut String, name: &str, help: &str, values: &[(&ModelSample<'_>, f64)]) {
+pub(super) fn counter(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    values: &[(&ModelSample<'_>, f64)],
+) {
     family(out, name, "counter", help, values);
 }
 

@@ -9,6 +9,7 @@ use kiln_engine::FinishReason;
 
 pub mod exposition;
 pub mod firewall;
+mod kv_disk;
 
 /// Latency buckets in seconds (the same spans vLLM uses, so dashboards carry over).
 const TTFT_BUCKETS: &[f64] = &[

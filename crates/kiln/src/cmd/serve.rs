@@ -47,6 +47,8 @@ fn default_usage_db(cache: &kiln_catalog::Cache, data_dir: Option<&Path>) -> Pat
 }
 /// The server's state directory in the Kiln home.
 const DATA_DIR: &str = "data";
+/// Disk each model's prefix cache may keep (`--kv-disk-size`).
+const DEFAULT_KV_DISK: u64 = 2 << 30;
 /// The prompt firewall's classifier when none is served.
 const FIREWALL_MODEL: &str = "nanoguard-prompt-injection";
 
@@ -168,6 +170,12 @@ pub struct Args {
     /// [default: a quarter of available memory, at most 4GiB]
     #[arg(long, value_name = "SIZE")]
     kv_cache_memory: Option<Size>,
+
+    /// Disk each model's prefix cache may keep under the data directory (kv/), so
+    /// prompts seen before a restart, or evicted from RAM, are read back instead of
+    /// recomputed; 0 turns the disk tier off [default: 2GiB]
+    #[arg(long, value_name = "SIZE")]
+    kv_disk_size: Option<Size>,
 
     /// Element type of the KV cache: f16, f32 or q8_0 (about half of f16's memory)
     /// [default: f16]
@@ -438,6 +446,16 @@ fn settings(
     if firewall_on && !names.iter().any(|(n, _)| classifies(n)) {
         names.push((FIREWALL_MODEL.to_string(), false));
     }
+    let cache = global.cache()?;
+    let chosen_data_dir = args.data_dir.or(file.data_dir);
+    let usage_db = args.usage_db.or(file.usage_db);
+    let usage_db = usage_db.unwrap_or_else(|| default_usage_db(&cache, chosen_data_dir.as_deref()));
+    let data_dir = chosen_data_dir.unwrap_or_else(|| cache.root().join(DATA_DIR));
+    let kv_disk = args
+        .kv_disk_size
+        .or(file.kv_disk_size)
+        .map_or(DEFAULT_KV_DISK, |s| s.0);
+    engine.kv_disk = (kv_disk > 0).then(|| (data_dir.join("kv"), kv_disk));
     let mut specs: Vec<(&'static ModelSpec, bool)> = Vec::new();
     let mut models = Vec::with_capacity(names.len());
     for (name, pin) in &names {
@@ -457,11 +475,6 @@ fn settings(
             None => specs.push((spec, *pin)),
         }
     }
-    let cache = global.cache()?;
-    let chosen_data_dir = args.data_dir.or(file.data_dir);
-    let usage_db = args.usage_db.or(file.usage_db);
-    let usage_db = usage_db.unwrap_or_else(|| default_usage_db(&cache, chosen_data_dir.as_deref()));
-    let data_dir = chosen_data_dir.unwrap_or_else(|| cache.root().join(DATA_DIR));
     let mut responses = kiln_server::ResponseLimits {
         mcp,
         mcp_per_key,

@@ -15,6 +15,7 @@
 //! usage_db = "/var/lib/kiln/usage.sqlite3"
 //! data_dir = "/var/lib/kiln/data"
 //! kv_cache_memory = "2GiB"
+//! kv_disk_size = "8GiB"   # the prefix cache on disk, per model; 0: off
 //! max_num_seqs = 64
 //! max_num_batched_tokens = 512
 //! max_model_len = 4096
@@ -73,6 +74,7 @@ pub struct FileConfig {
     pub response_cache: Option<super::guard::CacheFile>,
     pub batch_step_tokens: Option<usize>,
     pub kv_cache_memory: Option<Size>,
+    pub kv_disk_size: Option<Size>,
     /// `f16`, `f32` or `q8_0`.
     pub kv_cache_dtype: Option<String>,
     pub max_num_seqs: Option<usize>,
