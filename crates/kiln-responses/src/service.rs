@@ -142,7 +142,7 @@ impl Responses {
             match self.prepare(&s.caller, s.request.clone(), Some(&s.response)) {
                 Ok(mut t) => {
                     t.input = s.input;
-                    self.spawn_background(t, s.request);
+                    let _log = self.spawn_background(t, s.request);
                 }
                 Err(e) => {
                     let r = turn::failed(s.response.clone(), "resume_failed", &e.to_string());
@@ -159,8 +159,14 @@ impl Responses {
         if turn.response.background {
             let queued = turn.response.clone();
             self.save(&caller, &req, &queued, &turn.input, None)?;
-            self.spawn_background(turn, req);
-            return Ok(Created::Background(queued));
+            let stream = req.stream.unwrap_or(false);
+            let log = self.spawn_background(turn, req);
+            // Streamed, the caller follows the run's log from its first event; leaving
+            // stops only the following (the run goes on, and GET re-streams it).
+            return Ok(match stream {
+                true => Created::Streaming(log.follow(None)),
+                false => Created::Background(queued),
+            });
         }
         if !req.stream.unwrap_or(false) {
             let mut em = Emitter::new(None, self.log_for(&turn));
@@ -231,7 +237,8 @@ impl Responses {
         Ok(end)
     }
 
-    fn spawn_background(self: &Arc<Self>, turn: Turn, req: CreateResponse) {
+    /// Runs `turn` on a task of its own; returns the log its events go to.
+    fn spawn_background(self: &Arc<Self>, turn: Turn, req: CreateResponse) -> Arc<EventLog> {
         let cancel = Cancel::default();
         let log = EventLog::new(self.limits.max_event_bytes);
         let run = Running {
@@ -241,6 +248,7 @@ impl Responses {
         self.lock_running().insert(turn.response.id.clone(), run);
         let this = Arc::clone(self);
         self.tasks.0.fetch_add(1, Ordering::AcqRel);
+        let followed = Arc::clone(&log);
         tokio::spawn(async move {
             // Counted out, and its followers ended, however the task ends.
             let _ended = TaskEnd(Arc::clone(&this));
@@ -272,6 +280,7 @@ impl Responses {
                 }
             }
         });
+        followed
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
@@ -320,12 +329,6 @@ impl Responses {
     ) -> Result<Turn> {
         let background = req.background.unwrap_or(false);
         let store = req.store.unwrap_or(true);
-        if background && req.stream.unwrap_or(false) {
-            return Err(ResponsesError::invalid(
-                "background",
-                "a background response is polled with GET /v1/responses/{id}; `stream` with `background` is not supported",
-            ));
-        }
         if background && !store {
             return Err(ResponsesError::invalid(
                 "store",

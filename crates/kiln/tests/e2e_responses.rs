@@ -59,7 +59,7 @@ fn python_responses_checks_pass() {
 /// The re-streaming checks alone, on the small test model: a foreground response is not
 /// re-streamed (400), a background run followed from the middle to its end and then
 /// re-streamed whole and from after event k, a bad `starting_after`, another key's
-/// response.
+/// response; a background response created streamed, left, and re-streamed to its end.
 #[test]
 fn python_restream_checks_pass() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -81,7 +81,11 @@ fn python_restream_checks_pass() {
         // No MCP server: these checks do not call one.
         &["http://127.0.0.1:9/mcp", "sk-first", "sk-second"]
             .into_iter()
-            .chain(["restream stored", "restream background"])
+            .chain([
+                "restream stored",
+                "restream background",
+                "background stream",
+            ])
             .collect::<Vec<_>>(),
         Duration::from_secs(600),
     );
@@ -89,7 +93,8 @@ fn python_restream_checks_pass() {
     assert!(
         out.status.success()
             && stdout.lines().last() == Some("selected responses checks passed")
-            && stdout.matches("ok: restream").count() == 2,
+            && stdout.matches("ok: restream").count() == 2
+            && stdout.contains("ok: background stream"),
         "{stdout}\n{}\n--- server\n{}",
         String::from_utf8_lossy(&out.stderr),
         server.log_tail()

@@ -357,6 +357,30 @@ def restream_background():
         assert dump(tail) == dump(seen[k + 1:]), k
 
 
+def background_stream():
+    # Created streamed: the caller follows the run; leaving does not stop it, and the
+    # rest is re-streamed from where it left.
+    stream = create(input="Count from 1 to 1000, one number per line, and nothing else.",
+                    max_output_tokens=2000, background=True, stream=True)
+    first = []
+    for e in stream:
+        first.append(e)
+        if e.type == "response.output_text.delta":
+            break
+    stream.close()
+    assert first[0].type == "response.created" and first[0].sequence_number == 0, first[0]
+    rid = first[0].response.id
+    assert first[0].response.background is True
+    assert client.responses.retrieve(rid).status in ("queued", "in_progress")
+    k = first[-1].sequence_number
+    rest = list(client.responses.retrieve(rid, stream=True, starting_after=k))
+    seen = first + rest
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert rest[-1].type in ("response.completed", "response.incomplete"), rest[-1].type
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert text and text == client.responses.retrieve(rid).output_text
+
+
 CHECKS = [
     ("basic", basic),
     ("chain", chain),
@@ -375,5 +399,6 @@ CHECKS = [
     ("bad requests", bad_requests),
     ("restream stored", restream_stored),
     ("restream background", restream_background),
+    ("background stream", background_stream),
 ]
 run_checks(CHECKS, set(sys.argv[6:]), "responses")
