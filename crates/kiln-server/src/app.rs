@@ -10,8 +10,8 @@ use crate::middleware::{
     method_not_allowed_after_auth, not_found_after_auth, request_context, shutdown_gate,
 };
 use crate::routes::{
-    admin, agents, batches, chat, completions, embeddings, files, firewall, health, metrics,
-    models, responses, tokenize, vector_stores, vectorize, workers_ai,
+    admin, agents, batches, chat, completions, dashboard, embeddings, files, firewall, health,
+    metrics, models, responses, tokenize, vector_stores, vectorize, workers_ai,
 };
 use crate::state::AppState;
 
@@ -97,7 +97,11 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             crate::auth::require_metrics_key,
         ));
-    let health = Router::new().route("/health", get(health::health));
+    let health = Router::new()
+        .route("/health", get(health::health))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/app.js", get(dashboard::script))
+        .route("/dashboard/style.css", get(dashboard::style));
     let config = state.config();
     let (timeout, upload_timeout) = (config.body_timeout, config.upload_timeout);
     let max_file_bytes = state.files().ok().map(|f| f.limits().max_file_bytes);

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod batches;
 pub mod chat;
 pub mod completions;
+pub mod dashboard;
 pub mod embeddings;
 pub mod files;
 pub mod firewall;

@@ -37,6 +37,11 @@ fn artifacts() -> PathBuf {
 /// The DOM of `url` once it drew live data, and a screenshot to `png`, from Chromium
 /// driven over the DevTools protocol (`tests/python/dashboard_cdp.py`).
 fn render(url: &str, png: &Path) -> String {
+    render_when(url, png, "document.body.dataset.updated")
+}
+
+/// [`render`], once the page's JavaScript expression `ready` holds.
+fn render_when(url: &str, png: &Path, ready: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/dashboard_cdp.py");
     let out = crate::python::run(
         Command::new(crate::python::venv_python())
@@ -44,7 +49,8 @@ fn render(url: &str, png: &Path) -> String {
             .arg(chromium())
             .arg(url)
             .arg(png)
-            .arg("60"),
+            .arg("60")
+            .arg(ready),
         Duration::from_secs(120),
     );
     assert!(out.status.success(), "{}", crate::python::show(&out));
@@ -160,6 +166,104 @@ fn the_dashboard_renders_every_panel_live_in_chromium() {
             png.starts_with(b"\x89PNG") && png.len() > 10_000,
             "{} bytes",
             png.len()
+        );
+    })
+}
+
+/// A node's own `/dashboard`, behind a metrics key (taken from the URL's fragment),
+/// drawn while requests run: live rates, latency percentiles, the colo and the model's
+/// row; a screenshot is saved beside the router's.
+#[test]
+fn a_node_dashboard_renders_live_numbers_in_chromium() {
+    serially(async {
+        let n = node(&[SMOLLM2], &["--colo", "ams", "--metrics-key", "mk-1"]);
+        let url = format!("{}/v1/completions", n.base_url());
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let traffic = {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let body =
+                        json!({"model": SMOLLM2, "prompt": format!("Count {i}:"), "max_tokens": 8});
+                    let r = post(&url, &body, &[], |_, _| {}).await;
+                    assert_eq!(r.status, 200, "{:?}", r.events);
+                    i += 1;
+                }
+                i
+            })
+        };
+        let page = format!("{}/dashboard#key=mk-1", n.base_url());
+        let shot = artifacts().join("node-dashboard.png");
+        let png = shot.clone();
+        // Two polls apart at least, with output counted between them.
+        let ready = "Number(document.body.dataset.samples) >= 2 && \
+                     Number(document.querySelector('[data-tile=output] b').textContent) > 0";
+        let dom = tokio::task::spawn_blocking(move || render_when(&page, &png, ready))
+            .await
+            .expect("chromium");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent = traffic.await.expect("traffic");
+        std::fs::write(artifacts().join("node-dashboard.html"), &dom).expect("save the DOM");
+
+        assert!(sent > 0 && dom.contains(">live<"), "{dom}");
+        assert!(dom.contains("· ams"), "the node's colo: {dom}");
+        let tile = |id: &str| -> f64 {
+            let after = dom
+                .split(&format!("data-tile=\"{id}\"><b>"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("no {id} tile: {dom}"));
+            after
+                .split(['<', ' '])
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{id} tile is not a number: {dom}"))
+        };
+        assert!(tile("requests") > 0.0 && tile("output") > 0.0, "{dom}");
+        // Time to first token: p50 and a count from the histogram.
+        let ttft = dom
+            .split("data-latency=\"kiln:time_to_first_token_seconds\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no TTFT row: {dom}"));
+        let cells: Vec<&str> = ttft.split("<td>").skip(2).take(4).collect();
+        assert!(
+            cells[0]
+                .split('<')
+                .next()
+                .is_some_and(|p50| p50.parse::<f64>().is_ok()),
+            "{cells:?}"
+        );
+        assert!(
+            cells[3]
+                .split('<')
+                .next()
+                .and_then(|c| c.parse::<u64>().ok())
+                .is_some_and(|c| c > 0),
+            "{cells:?}"
+        );
+        assert!(
+            dom.contains(&format!(
+                "data-model=\"{SMOLLM2}\"><td>{SMOLLM2}</td><td>ready</td>"
+            )),
+            "{dom}"
+        );
+        let png = std::fs::read(&shot).expect("screenshot");
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "{} bytes",
+            png.len()
+        );
+
+        // Without the key the numbers stay closed, and the page says how to open them.
+        let page = format!("{}/dashboard", n.base_url());
+        let png = artifacts().join("node-dashboard-no-key.png");
+        let ready = "document.getElementById('status').className === 'error'";
+        let dom = tokio::task::spawn_blocking(move || render_when(&page, &png, ready))
+            .await
+            .expect("chromium");
+        assert!(
+            dom.contains("#key=") && !dom.contains("data-tile="),
+            "{dom}"
         );
     })
 }

@@ -1,5 +1,6 @@
-//! The shipped Grafana dashboard and Prometheus alerting rules query only metrics that
-//! a real node and a real router export (names read from their `/metrics`).
+//! The shipped Grafana dashboard, Prometheus alerting rules and the node's own
+//! `/dashboard` query only metrics that a real node and a real router export (names
+//! read from their `/metrics`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -98,6 +99,10 @@ fn grafana_and_alert_rules_query_only_exported_metrics() {
         let rules = repo_file("deploy/prometheus/kiln-alerts.yml");
         let rule_exprs: Vec<String> = rules.split("expr:").skip(1).map(str::to_string).collect();
         assert_eq!(rule_exprs.len(), 4, "{rules}");
+        // The node's own page reads its numbers from /metrics by name too.
+        let page = repo_file("crates/kiln-server/src/routes/dashboard/app.js");
+        assert!(named(&page).len() >= 15, "{:?}", named(&page));
+        exprs.push(page);
         for expr in exprs.iter().chain(&rule_exprs) {
             let found = named(expr);
             assert!(!found.is_empty(), "no Kiln metric in {expr}");

@@ -1,8 +1,8 @@
 """Loads a page in headless Chromium over the DevTools protocol, waits until the page
-says it drew live data (`document.body.dataset.updated`), then prints its DOM and saves
-a full-page screenshot.
+says it drew live data (`document.body.dataset.updated`, or the JavaScript expression
+READY), then prints its DOM and saves a full-page screenshot.
 
-usage: dashboard_cdp.py CHROMIUM URL SCREENSHOT_PNG [TIMEOUT_S]
+usage: dashboard_cdp.py CHROMIUM URL SCREENSHOT_PNG [TIMEOUT_S [READY]]
 """
 import base64
 import json
@@ -25,6 +25,7 @@ def free_port():
 def main():
     chromium, url, png = sys.argv[1:4]
     timeout = float(sys.argv[4]) if len(sys.argv) > 4 else 30
+    ready = sys.argv[5] if len(sys.argv) > 5 else "document.body.dataset.updated"
     port = free_port()
     profile = tempfile.mkdtemp()
     proc = subprocess.Popen(
@@ -63,7 +64,7 @@ def main():
             if time.time() > deadline:
                 sys.exit("the page never drew a snapshot")
             r = call("Runtime.evaluate", expression=(
-                "document.body && document.body.dataset.updated"
+                f"document.body && ({ready})"
                 " ? document.documentElement.outerHTML : ''"), returnByValue=True)
             html = r["result"].get("value") or ""
             time.sleep(0.3)
