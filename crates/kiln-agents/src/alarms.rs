@@ -19,12 +19,14 @@ use kiln_db::unix_now;
 use crate::agents::Agents;
 use crate::db::AgentDb;
 use crate::schedule::{self, MAX_ATTEMPTS};
+use crate::turns::Journal;
 
 /// The longest the loop sleeps between looks at the idle agents.
 const SWEEP: Duration = Duration::from_secs(30);
 
 impl Agents {
-    /// Loads every agent's schedules and starts the alarm loop (on the current runtime).
+    /// Loads every agent's schedules, re-runs the turns a crash cut (`turns.rs`), and
+    /// starts the alarm loop (on the current runtime); returns how many runs that armed.
     /// An agent whose file can't be read is logged and skipped; the others run.
     pub fn start(self: &Arc<Self>) -> usize {
         let mut armed = 0;
@@ -35,6 +37,7 @@ impl Agents {
                         self.arm(&owner, &name, s);
                     }
                     armed += list.len();
+                    armed += self.rerun_cut_turns(&owner, &name);
                 }
                 Ok(Err(e)) => tracing::error!(agent = %name, error = %e, "cannot read schedules"),
                 Err(e) => tracing::error!(agent = %name, error = %e, "cannot open agent"),
@@ -88,7 +91,8 @@ impl Agents {
             input: Some(s.input.clone()),
             ..CreateResponse::default()
         };
-        let outcome = match self.respond(&caller, name, req).await {
+        let turn = self.turn(&caller, name, req, Journal::BySchedule).await;
+        let outcome = match turn {
             Ok(Created::Done(r)) if matches!(r.status.as_str(), "completed" | "incomplete") => {
                 Ok(r.id)
             }

@@ -1,5 +1,6 @@
-//! One agent's SQLite file: its settings, its state document, its schedules, and (in
-//! the same file, through `kiln-responses`' store) its conversation.
+//! One agent's SQLite file: its settings, its state document, its schedules, the
+//! client turns in flight, and (in the same file, through `kiln-responses`' store) its
+//! conversation.
 //!
 //! Each write is one transaction, so a state replaced is replaced whole and a schedule
 //! is advanced only once its run's response is stored (delivery at least once).
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use kiln_api::agents::{AgentConfig, Schedule};
+use kiln_api::responses::CreateResponse;
 use kiln_db::{DbError, Schema};
 use kiln_responses::ResponseStore;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -39,6 +41,11 @@ CREATE TABLE IF NOT EXISTS schedules (
     attempts    INTEGER NOT NULL DEFAULT 0,
     last_error  TEXT,
     created_at  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id         TEXT PRIMARY KEY,
+    request    TEXT NOT NULL,
+    started_at INTEGER NOT NULL
 );";
 
 const SCHEMA: Schema = Schema {
@@ -244,5 +251,44 @@ impl AgentDb {
             .execute("DELETE FROM schedules WHERE id = ?1", params![id])
             .map_err(|e| self.sql(e))?;
         Ok(n > 0)
+    }
+
+    /// Journals a client's turn before it runs (see `turns.rs`).
+    pub fn begin_turn(&self, id: &str, req: &CreateResponse, now: u64) -> Result<()> {
+        let request = serde_json::to_string(req).map_err(|e| AgentError::Corrupt(e.to_string()))?;
+        self.conn()
+            .execute(
+                "INSERT INTO turns (id, request, started_at) VALUES (?1, ?2, ?3)",
+                params![id, request, kiln_db::to_i64(now)],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn end_turn(&self, id: &str) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM turns WHERE id = ?1", params![id])
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// Turns journaled and never ended (a crash cut them), oldest first.
+    pub fn cut_turns(&self) -> Result<Vec<(String, CreateResponse)>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT id, request FROM turns ORDER BY started_at, rowid")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.sql(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.sql(e))?;
+        rows.into_iter()
+            .map(|(id, req)| {
+                let req =
+                    serde_json::from_str(&req).map_err(|e| AgentError::Corrupt(e.to_string()))?;
+                Ok((id, req))
+            })
+            .collect()
     }
 }

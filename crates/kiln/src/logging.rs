@@ -19,7 +19,7 @@ pub enum LogFormat {
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new(
-            "warn,kiln_server=info,kiln::cmd::serve=info,kiln_vectors=info,kiln_model=info,kiln_engine::kv=info",
+            "warn,kiln_server=info,kiln::cmd::serve=info,kiln_vectors=info,kiln_model=info,kiln_engine::kv=info,kiln_agents::turns=info",
         )
     });
     let builder = tracing_subscriber::fmt()

@@ -7,7 +7,8 @@
 //!   key before any 404);
 //! - a schedule that fires, its turn streaming to the agent's event stream;
 //! - a crash and restart: settings, state and a pending schedule survive, and the
-//!   schedule fires after the restart;
+//!   schedule fires after the restart; a client's turn cut mid-answer by `kill -9` runs
+//!   again after the restart and lands in the agent's history;
 //! - one agent's corrupt file is a clear 503 for it while another agent works.
 
 mod support;
@@ -501,6 +502,102 @@ fn state_and_pending_schedules_survive_a_crash() {
         )
         .await;
         assert_eq!(status, 404);
+    });
+}
+
+#[test]
+fn a_turn_cut_by_a_crash_runs_again_after_the_restart() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let server = serve_on(data.path());
+    let base = server.base_url();
+    block_on(async move {
+        put_agent(&base, "cut").await;
+        let resp = client()
+            .get(format!("{base}/v1/agents/cut/events"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .expect("events");
+        let mut body = resp.bytes_stream();
+        // A long answer, so it is still being written when the process dies.
+        let turn = tokio::spawn(
+            client()
+                .post(format!("{base}/v1/agents/cut/responses"))
+                .bearer_auth(KEY)
+                .json(
+                    &json!({"input": "Count from 1 to 300, one number per line.",
+                              "max_output_tokens": 600}),
+                )
+                .send(),
+        );
+        let mut seen = String::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !seen.contains("response.output_text.delta") {
+            let chunk = tokio::time::timeout_at(deadline.into(), body.next())
+                .await
+                .expect("the turn starts writing")
+                .expect("stream open")
+                .expect("chunk");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        assert!(
+            !seen.contains("response.completed"),
+            "cut mid-answer: {seen}"
+        );
+        // SIGKILL mid-turn, its client still waiting (a client that leaves stops its
+        // turn, and nothing runs it again).
+        drop(server);
+        let answered = turn.await.expect("the client's task");
+        assert!(
+            answered.is_err(),
+            "the first server never answered: {answered:?}"
+        );
+    });
+
+    let server = serve_on(data.path());
+    let base = server.base_url();
+    block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let h = loop {
+            let h = history(&base, "cut").await;
+            if !h.is_empty() {
+                break h;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cut turn never ran again: {}",
+                server.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        assert_eq!(h.len(), 1, "run again once: {h:?}");
+        assert!(
+            ["completed", "incomplete"].contains(&h[0]["status"].as_str().unwrap_or("")),
+            "{}",
+            h[0]
+        );
+        let text = h[0]["output"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            text.contains('1'),
+            "the re-run answered the cut turn's input: {}",
+            h[0]
+        );
+        assert!(
+            server.log_tail().contains("re-ran a turn a crash cut"),
+            "{}",
+            server.log_tail()
+        );
+    });
+    drop(server);
+
+    // Ended: a third start runs nothing again.
+    let server = serve_on(data.path());
+    let base = server.base_url();
+    block_on(async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(history(&base, "cut").await.len(), 1);
     });
 }
 
