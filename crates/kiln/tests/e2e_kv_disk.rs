@@ -248,6 +248,7 @@ fn changed_models_templates_and_kv_dtypes_never_read_old_blocks_nor_does_a_corru
         .expect("tier dir")
         .flatten()
         .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "kvb"))
         .min()
         .expect("a block file");
     let mut bytes = std::fs::read(&victim).expect("block");

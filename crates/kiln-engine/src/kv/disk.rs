@@ -20,7 +20,6 @@
 //! **Crash ordering.** A file is written under a temporary name and renamed into place:
 //! after a crash a block file is whole or absent; a start removes leftover temporaries.
 
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -31,6 +30,7 @@ use std::time::SystemTime;
 
 use super::disk_file::{self, HEADER_LEN};
 use super::disk_index::DiskIndex;
+use super::disk_others;
 use super::prefix_hash::BlockHash;
 use crate::stats::EngineStats;
 
@@ -79,7 +79,8 @@ impl DiskTier {
     pub fn open(cfg: &DiskTierConfig, stats: EngineStats) -> std::io::Result<Self> {
         let dir = cfg.root.join(hex(&cfg.fingerprint));
         fs::create_dir_all(&dir)?;
-        report_others(&cfg.root, &dir);
+        disk_others::opened(&dir);
+        disk_others::prune(&cfg.root, cfg.budget_bytes);
         let mut index = DiskIndex::default();
         for (_, h, size) in scan(&dir)? {
             index.insert(h, size);
@@ -197,6 +198,7 @@ impl Drop for DiskTier {
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
+        disk_others::closed(&self.dir);
     }
 }
 
@@ -304,35 +306,4 @@ fn scan(dir: &Path) -> std::io::Result<Vec<(SystemTime, BlockHash, u64)>> {
     }
     found.sort();
     Ok(found)
-}
-
-/// Logs the tiers of other fingerprints beside `mine` (another model, dtype or build):
-/// they are never read by this one.
-fn report_others(root: &Path, mine: &Path) {
-    let Ok(entries) = fs::read_dir(root) else {
-        return;
-    };
-    let mut others: HashMap<PathBuf, u64> = HashMap::new();
-    for e in entries.flatten() {
-        let path = e.path();
-        if path == mine || !path.is_dir() {
-            continue;
-        }
-        let bytes = fs::read_dir(&path)
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|f| f.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0);
-        others.insert(path, bytes);
-    }
-    for (path, bytes) in others {
-        tracing::info!(
-            dir = %path.display(),
-            mib = bytes >> 20,
-            "KV disk tier: ignoring blocks of another model, KV layout or build"
-        );
-    }
 }

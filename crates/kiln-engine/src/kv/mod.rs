@@ -5,6 +5,7 @@ pub mod block_pool;
 pub mod disk;
 mod disk_file;
 mod disk_index;
+mod disk_others;
 pub mod manager;
 pub mod prefix_hash;
 
