@@ -191,3 +191,34 @@ fn the_budget_keeps_the_most_recently_used_blocks() {
     let _reopened = tier(dir.path(), 3 * FILE, 1);
     assert!(!tier_dir.join("0000.tmp").exists());
 }
+
+#[test]
+fn promotion_never_evicts_the_prefix_already_in_ram() {
+    let dir = tempfile::tempdir().expect("dir");
+    let tokens: Vec<u32> = (0..17).collect(); // four full blocks
+    {
+        let (mut m, stats) = manager(dir.path(), 1 << 20, 1);
+        compute_and_write(&mut m, &tokens);
+        wait_for(&stats, 4 * FILE);
+    }
+    // 5 blocks: the first two of the prompt computed again (in RAM, and the least
+    // recently used), three free for the disk's other two.
+    let (t, _) = tier(dir.path(), 1 << 20, 1);
+    let mut m = KvManager::new(5, BLOCK, true);
+    m.set_disk_tier(t);
+    let (mut first, mut filler) = (m.new_seq(64), m.new_seq(64));
+    assert!(m.allocate(&mut first, 8) && m.allocate(&mut filler, 12));
+    m.commit(&mut first, &tokens, 8, b"");
+    drop(first);
+    drop(filler); // released after: the prompt's blocks are next to be taken
+    let mut seq = m.new_seq(64);
+    assert_eq!(
+        m.promote_from_disk(&mut seq, &tokens, b"", |_, _| true),
+        2 * BLOCK
+    );
+    assert_eq!(
+        m.attach_cached_prefix(&mut seq, &tokens, b""),
+        4 * BLOCK,
+        "the whole chain"
+    );
+}

@@ -158,12 +158,17 @@ impl KvManager {
             &mut self.disk_hashes,
         );
         let mut pool = self.pool.borrow_mut();
-        let in_ram = self
+        // The prefix already in RAM is held while blocks are taken for the rest, so
+        // taking them cannot evict it (which would cut the chain admission follows).
+        let in_ram: Vec<u32> = self
             .disk_hashes
             .iter()
-            .take_while(|h| pool.lookup(h).is_some())
-            .count();
-        let wanted = &self.disk_hashes[in_ram..];
+            .map_while(|h| pool.lookup(h))
+            .collect();
+        for &b in &in_ram {
+            pool.touch(b);
+        }
+        let wanted = &self.disk_hashes[in_ram.len()..];
         let on_disk = wanted.iter().take_while(|h| disk.contains(h)).count();
         let mut blocks = Vec::new();
         let n = on_disk.min(pool.num_free());
@@ -179,6 +184,7 @@ impl KvManager {
             // Free again, and most recently used: admission takes them back by hash.
             pool.release(&blocks);
         }
+        pool.release(&in_ram);
         let bs = self.block_size;
         disk.stats()
             .kv_disk_lookup(brought * bs, (wanted.len() - brought) * bs);
