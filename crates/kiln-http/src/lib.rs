@@ -2,8 +2,10 @@
 //! of the two answered and both hold up the same way under slow or hostile clients: the
 //! accept loop with its connection limits ([`listen`]), the body deadline
 //! ([`deadline`]), the CORS policy ([`CorsPolicy`]), the failures of the exchange itself
-//! ([`TransportError`]), and how an error becomes OpenAI's JSON error response.
+//! ([`TransportError`]), how an error becomes OpenAI's JSON error response, and static
+//! files served from memory ([`assets`]).
 
+pub mod assets;
 mod bearer;
 mod cors;
 pub mod deadline;

@@ -7,13 +7,13 @@
 //! as `?key=` (a browser's `EventSource` cannot send `Authorization`), which the page
 //! takes from its URL's `#key=` fragment.
 
+use kiln_http::assets::{asset, CSS, HTML, JAVASCRIPT};
 use kiln_http::TransportError;
 use std::convert::Infallible;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
-use axum::http::header;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
@@ -38,16 +38,15 @@ pub const MAX_FALLBACKS: usize = 200;
 const SCANNED: usize = 10_000;
 
 pub async fn page() -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
+    asset(HTML, INDEX)
 }
 
 pub async fn script() -> Response {
-    let ty = "text/javascript; charset=utf-8";
-    ([(header::CONTENT_TYPE, ty)], SCRIPT).into_response()
+    asset(JAVASCRIPT, SCRIPT)
 }
 
 pub async fn style() -> Response {
-    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+    asset(CSS, STYLE)
 }
 
 #[derive(Deserialize)]

@@ -7,22 +7,21 @@
 //! The page is open; the numbers are not: when the node has metrics keys the page sends
 //! the one in its URL's `#key=` fragment (never sent to the server with the page).
 
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use kiln_http::assets::{asset, CSS, HTML, JAVASCRIPT};
 
 const INDEX: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLE: &str = include_str!("dashboard/style.css");
 
 pub async fn page() -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
+    asset(HTML, INDEX)
 }
 
 pub async fn script() -> Response {
-    let ty = "text/javascript; charset=utf-8";
-    ([(header::CONTENT_TYPE, ty)], SCRIPT).into_response()
+    asset(JAVASCRIPT, SCRIPT)
 }
 
 pub async fn style() -> Response {
-    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+    asset(CSS, STYLE)
 }

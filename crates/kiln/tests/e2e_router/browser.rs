@@ -57,6 +57,16 @@ fn render_when(url: &str, png: &Path, ready: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A real screenshot: a PNG of some size.
+fn assert_screenshot(shot: &Path) {
+    let png = std::fs::read(shot).expect("screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+}
+
 #[test]
 fn the_dashboard_renders_every_panel_live_in_chromium() {
     serially(async {
@@ -161,12 +171,7 @@ fn the_dashboard_renders_every_panel_live_in_chromium() {
                 .any(|h| dom.contains(&format!("<td>sin1</td><td>sin</td><td>{h}</td>"))),
             "{dom}"
         );
-        let png = std::fs::read(&shot).expect("screenshot");
-        assert!(
-            png.starts_with(b"\x89PNG") && png.len() > 10_000,
-            "{} bytes",
-            png.len()
-        );
+        assert_screenshot(&shot);
     })
 }
 
@@ -247,12 +252,7 @@ fn a_node_dashboard_renders_live_numbers_in_chromium() {
             )),
             "{dom}"
         );
-        let png = std::fs::read(&shot).expect("screenshot");
-        assert!(
-            png.starts_with(b"\x89PNG") && png.len() > 10_000,
-            "{} bytes",
-            png.len()
-        );
+        assert_screenshot(&shot);
 
         // Without the key the numbers stay closed, and the page says how to open them.
         let page = format!("{}/dashboard", n.base_url());
