@@ -519,14 +519,15 @@ fn a_turn_cut_by_a_crash_runs_again_after_the_restart() {
             .await
             .expect("events");
         let mut body = resp.bytes_stream();
-        // A long answer, so it is still being written when the process dies.
+        // A long answer, so it is still being written when the process dies; greedy,
+        // so the re-run's answer is known to count.
         let turn = tokio::spawn(
             client()
                 .post(format!("{base}/v1/agents/cut/responses"))
                 .bearer_auth(KEY)
                 .json(
                     &json!({"input": "Count from 1 to 300, one number per line.",
-                              "max_output_tokens": 600}),
+                              "max_output_tokens": 600, "temperature": 0}),
                 )
                 .send(),
         );
