@@ -1,9 +1,9 @@
 //! One inference event per request routed by model: what the response's headers say
 //! (the node, its colo, a cold start, neurons, a classifier's confidence), what the
 //! proxy noted (a fallback, why, from where, what it added), the routing rule that
-//! decided it and the tier that answered, and what the body says (tokens, an error). A
-//! response read whole is recorded at once; a stream when its body ends or the client
-//! leaves.
+//! decided it and the tier that answered, and what the body says (tokens, an error;
+//! a stream's neurons, in the comment the node ends it with). A response read whole is
+//! recorded at once; a stream when its body ends or the client leaves.
 
 use std::time::Instant;
 
@@ -12,7 +12,9 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use kiln_api::observe::{COLD_START_HEADER, COLO_HEADER, CONFIDENCE_HEADER, NEURONS_HEADER};
+use kiln_api::observe::{
+    COLD_START_HEADER, COLO_HEADER, CONFIDENCE_HEADER, NEURONS_COMMENT, NEURONS_HEADER,
+};
 use kiln_observe::labels::clean;
 use kiln_observe::observer::now_ms;
 use kiln_observe::{Event, FallbackInfo, Observer};
@@ -150,10 +152,12 @@ pub async fn track(state: &RouterState, meta: Meta, resp: Response) -> Response 
             e.ttft_ms = Some(ms(meta.received));
         }
         let body = body.into_data_stream().map(move |chunk| {
-            if let Ok(b) = &chunk {
-                pending.see_chunk(b);
-            }
-            chunk
+            chunk.map(|b| match pending.see_chunk(&b) {
+                // The node's neurons comment is the router's: the client gets
+                // OpenAI's stream as it is.
+                Some(cut) => b.slice(..cut),
+                None => b,
+            })
         });
         return Response::from_parts(parts, Body::from_stream(body));
     }
@@ -230,13 +234,26 @@ impl Pending {
         }
     }
 
-    /// A stream's chunk: its usage (the last chunk with `include_usage`) and errors.
-    fn see_chunk(&mut self, chunk: &Bytes) {
-        let has = |needle: &[u8]| chunk.windows(needle.len()).any(|w| w == needle);
-        if !has(b"\"usage\"") && !has(b"\"error\"") {
-            return;
+    /// A stream's chunk: its usage (the last chunk with `include_usage`) and errors;
+    /// and the node's neurons comment after its last event, whose offset is returned
+    /// so the comment is cut from what the client gets.
+    fn see_chunk(&mut self, chunk: &Bytes) -> Option<usize> {
+        let find = |needle: &[u8]| chunk.windows(needle.len()).position(|w| w == needle);
+        let comment = find(NEURONS_COMMENT.as_bytes());
+        if let (Some(at), Some(e)) = (comment, self.event.as_mut()) {
+            let text = &chunk[at + NEURONS_COMMENT.len()..];
+            let end = text.iter().position(|&b| b == b'\n').unwrap_or(text.len());
+            let n = std::str::from_utf8(&text[..end])
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            e.neurons = n.filter(|n: &f64| n.is_finite() && *n >= 0.0).or(e.neurons);
         }
-        let Some(e) = self.event.as_mut() else { return };
+        if find(b"\"usage\"").is_none() && find(b"\"error\"").is_none() {
+            return comment;
+        }
+        let Some(e) = self.event.as_mut() else {
+            return comment;
+        };
         for line in chunk.split(|&b| b == b'\n') {
             let Some(data) = line.strip_prefix(b"data: ") else {
                 continue;
@@ -255,6 +272,7 @@ impl Pending {
                 e.error = Some(code.unwrap_or("stream_error").to_string());
             }
         }
+        comment
     }
 }
 

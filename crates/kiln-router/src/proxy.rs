@@ -16,6 +16,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use kiln_api::observe::STREAM_NEURONS_HEADER;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -425,6 +426,8 @@ fn request(
             headers.append(name.clone(), value.clone());
         }
     }
+    // A stream's neurons, in a comment after its last event (`observe.rs` drops it).
+    headers.insert(STREAM_NEURONS_HEADER, HeaderValue::from_static("1"));
     let mut builder = state
         .client()
         .request(req.method.clone(), url)

@@ -15,7 +15,9 @@ use tracing::Instrument;
 
 use crate::lease::WARM_HEADER;
 use crate::state::AppState;
-use kiln_api::observe::{COLD_START_HEADER, COLO_HEADER, NEURONS_HEADER};
+use kiln_api::observe::{
+    COLD_START_HEADER, COLO_HEADER, NEURONS_COMMENT, NEURONS_HEADER, STREAM_NEURONS_HEADER,
+};
 use kiln_generate::Warmth;
 
 /// The server's id of one request (32 hex digits); also the suffix of completion ids
@@ -37,6 +39,7 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(RequestId(id.clone()));
     let warmth = Warmth::default();
     req.extensions_mut().insert(warmth.clone());
+    let stream_neurons = req.headers().contains_key(STREAM_NEURONS_HEADER);
     let span =
         tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let start = Instant::now();
@@ -67,13 +70,40 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
             HeaderValue::from(waited.as_millis() as u64),
         );
     }
-    // Known by now only for a response read whole; a stream's usage comes later.
+    // Known by now only for a response read whole; a stream's usage comes later, so
+    // it ends with them in a comment when the router asks.
     if let Some(n) = warmth.neurons() {
         if let Ok(v) = HeaderValue::from_str(&format!("{n:.6}")) {
             resp.headers_mut().insert(NEURONS_HEADER, v);
         }
+    } else if stream_neurons && is_event_stream(&resp) {
+        return with_neurons_comment(resp, warmth);
     }
     resp
+}
+
+fn is_event_stream(resp: &Response) -> bool {
+    resp.headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// `resp`'s stream, then `: x-kiln-neurons N` once it has ended and its usage was
+/// metered (nothing when it used no model).
+fn with_neurons_comment(resp: Response, warmth: Warmth) -> Response {
+    use futures_util::StreamExt;
+    let (parts, body) = resp.into_parts();
+    let tail = futures_util::stream::once(async move {
+        warmth.neurons().map(|n| {
+            Ok(axum::body::Bytes::from(format!(
+                "{NEURONS_COMMENT}{n:.6}\n\n"
+            )))
+        })
+    })
+    .filter_map(std::future::ready);
+    let body = body.into_data_stream().chain(tail);
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }
 
 /// Names the node's colo (`--colo`) on every response, for the router's events.

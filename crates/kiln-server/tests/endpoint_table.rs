@@ -12,7 +12,15 @@ use serde_json::Value;
 use support::*;
 
 /// The node's operations endpoints, outside the API table.
-const OPS: &[&str] = &["/admin/usage", "/ready", "/metrics", "/health"];
+const OPS: &[&str] = &[
+    "/admin/usage",
+    "/ready",
+    "/metrics",
+    "/health",
+    "/dashboard",
+    "/dashboard/app.js",
+    "/dashboard/style.css",
+];
 
 /// A table path with its parameters filled in.
 fn concrete(pattern: &str) -> String {

@@ -9,7 +9,7 @@ use super::{BodyLimit, Endpoint, Method, ModelKind, Pin, Prompt, VECTORIZE_WRITE
 
 /// Every route of the API (`/v1/*`, `/ai/run/*`, `/vectorize/*`, `/tokenize`,
 /// `/detokenize`); the nodes' and the router's own operations endpoints (`/health`,
-/// `/ready`, `/metrics`, `/admin/*`, `/nodes`) are not API routes.
+/// `/ready`, `/metrics`, `/dashboard`, `/admin/*`, `/nodes`) are not API routes.
 pub const ENDPOINTS: &[Endpoint] = &[
     // Models run on the model a request names.
     model(
