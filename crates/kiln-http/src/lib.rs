@@ -12,6 +12,7 @@ pub mod deadline;
 mod error;
 pub mod listen;
 mod settings;
+mod sse;
 mod transport;
 
 pub use bearer::{authorize, bearer, find_key, ApiKey};
@@ -22,4 +23,5 @@ pub use error::{
 };
 pub use listen::{serve, ConnectionLimits, LimitError};
 pub use settings::HttpSettings;
+pub use sse::is_event_stream;
 pub use transport::{method_not_allowed, route_not_found, TransportError};

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -139,8 +139,7 @@ pub async fn track(state: &RouterState, meta: Meta, resp: Response) -> Response 
         ..Event::default()
     };
     let observer = state.observer().clone();
-    let stream = header(h, header::CONTENT_TYPE.as_str())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+    let stream = kiln_http::is_event_stream(h);
     let mut pending = Pending {
         event: Some(event),
         received: meta.received,

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use kiln_api::observe::STREAM_NEURONS_HEADER;
+use kiln_http::is_event_stream;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -468,13 +469,6 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | "transfer-encoding"
             | "upgrade"
     )
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
 async fn read_whole(resp: reqwest::Response, limit: usize) -> Result<Bytes, String> {

@@ -76,17 +76,10 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
         if let Ok(v) = HeaderValue::from_str(&format!("{n:.6}")) {
             resp.headers_mut().insert(NEURONS_HEADER, v);
         }
-    } else if stream_neurons && is_event_stream(&resp) {
+    } else if stream_neurons && kiln_http::is_event_stream(resp.headers()) {
         return with_neurons_comment(resp, warmth);
     }
     resp
-}
-
-fn is_event_stream(resp: &Response) -> bool {
-    resp.headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// `resp`'s stream, then `: x-kiln-neurons N` once it has ended and its usage was
