@@ -26,16 +26,16 @@ Needs the venv's `websocket-client` (target/tmp/python-venv, made by the e2e tes
 """
 
 import json
+import pathlib
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
-import websocket
+# The browser test's DevTools driver.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "crates/kiln/tests/python"))
+import cdp  # noqa: E402
 
 WATCH = """
 window.__bench = {};
@@ -56,45 +56,9 @@ COLLECT = """JSON.stringify({
 })"""
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def one_run(chromium, url, timeout=30):
-    port = free_port()
-    profile = tempfile.mkdtemp()
-    proc = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--hide-scrollbars", "--window-size=1400,1800", f"--user-data-dir={profile}",
-         f"--remote-debugging-port={port}", "--remote-allow-origins=*", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with cdp.page(chromium, "about:blank", timeout) as call:
         deadline = time.time() + timeout
-        ws_url = None
-        while ws_url is None:
-            if time.time() > deadline:
-                sys.exit("Chromium's DevTools endpoint did not come up")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json") as r:
-                    pages = [t for t in json.load(r) if t.get("type") == "page"]
-                ws_url = pages[0]["webSocketDebuggerUrl"] if pages else None
-            except OSError:
-                pass
-            time.sleep(0.1)
-        ws = websocket.create_connection(ws_url, timeout=timeout, suppress_origin=True)
-        ids = iter(range(1, 1_000_000))
-
-        def call(method, **params):
-            i = next(ids)
-            ws.send(json.dumps({"id": i, "method": method, "params": params}))
-            while True:
-                msg = json.loads(ws.recv())
-                if msg.get("id") == i:
-                    if "error" in msg:
-                        sys.exit(f"{method}: {msg['error']}")
-                    return msg["result"]
 
         def evaluate(expr):
             return call("Runtime.evaluate", expression=expr, returnByValue=True)["result"].get("value")
@@ -108,10 +72,6 @@ def one_run(chromium, url, timeout=30):
                 sys.exit("the page never drew a snapshot")
             time.sleep(0.05)
         return json.loads(evaluate(COLLECT))
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def first_snapshot(url):
