@@ -104,17 +104,9 @@ impl Agents {
         };
         let now = unix_now();
         let next = match &outcome {
-            Ok(response_id) => {
-                live.publish(
-                    json!({"type": "agent.schedule.completed", "schedule_id": id,
-                                    "response_id": response_id}),
-                );
-                after_success(&s, now)
-            }
+            Ok(_) => after_success(&s, now),
             Err(error) => {
                 tracing::warn!(agent = %name, schedule = %id, %error, "scheduled turn failed");
-                live.publish(json!({"type": "agent.schedule.failed", "schedule_id": id,
-                                    "error": error}));
                 after_failure(&s, error, now)
             }
         };
@@ -124,8 +116,8 @@ impl Agents {
         };
         match stored {
             Ok(()) => {
-                if let Some(n) = next {
-                    self.arm(owner, name, &n);
+                if let Some(n) = &next {
+                    self.arm(owner, name, n);
                 }
             }
             // Not recorded: arm it again from what is stored, so it is not lost.
@@ -136,6 +128,14 @@ impl Agents {
                 self.arm(owner, name, &retry);
             }
         }
+        // Published once recorded, so a subscriber that reads the schedules on this
+        // event finds the retry (or the schedule gone).
+        live.publish(match &outcome {
+            Ok(response_id) => json!({"type": "agent.schedule.completed", "schedule_id": id,
+                                      "response_id": response_id}),
+            Err(error) => json!({"type": "agent.schedule.failed", "schedule_id": id,
+                                 "error": error}),
+        });
     }
 }
 
