@@ -6,6 +6,12 @@
 //! measure the graph walk itself.
 //!
 //! `cargo run --release -p kiln-vectors --example vector_bench -- N D clustered|uniform|gaussian [graph]`
+//!
+//! `VECTOR_BENCH_DIR=<dir>` keeps the database there and reuses it when it already
+//! holds the index (a 1M-vector index takes many minutes to write);
+//! `VECTOR_BENCH_RESTARTS=<r>` times the first query after each of `r` restarts;
+//! `VECTOR_BENCH_REWRITE=<k>` upserts the first `k` vectors again (same values) before
+//! each restart, so the restart replays what was logged after the graph's last save.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -13,8 +19,8 @@ mod common;
 use std::time::Instant;
 
 use kiln_vectors::{
-    Filter, GraphParams, Limits, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorRecord,
-    WriteMode,
+    Filter, GraphParams, Limits, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorError,
+    VectorRecord, WriteMode,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -69,15 +75,43 @@ fn pct(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Vectors `from..` as records: ids `v{i}`, a metadata bucket of `i % 100`.
+fn records(from: usize, vectors: &[Vec<f32>]) -> Vec<VectorRecord> {
+    vectors
+        .iter()
+        .enumerate()
+        .map(|(j, v)| VectorRecord {
+            id: format!("v{}", from + j),
+            values: v.clone(),
+            namespace: None,
+            metadata: json!({"bucket": (from + j) % 100}).as_object().cloned(),
+        })
+        .collect()
+}
+
 /// A query case: its name, its filter, and which vector indexes pass it.
 type Case = (&'static str, Option<serde_json::Value>, fn(usize) -> bool);
 
 fn main() {
+    // `RUST_LOG=kiln_vectors=info` shows the graph's loads, thaws and saves.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let dims: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(384);
     let kind = args.get(3).map_or("clustered", String::as_str);
-    let dir = tempfile::tempdir().expect("tmp");
+    let temp = tempfile::tempdir().expect("tmp");
+    let kept = std::env::var_os("VECTOR_BENCH_DIR").map(std::path::PathBuf::from);
+    let dir = kept.as_deref().unwrap_or(temp.path());
+    let restarts: usize = std::env::var("VECTOR_BENCH_RESTARTS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let rewrite: usize = std::env::var("VECTOR_BENCH_REWRITE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
     let mut params = GraphParams::default();
     if args.get(4).is_some_and(|a| a == "graph") {
         params.exact_search_max = 0;
@@ -85,31 +119,17 @@ fn main() {
     // Queries come from the same distribution (the same topics), not in the index.
     let mut all = data(n + 200, dims, kind, 1);
     let queries = all.split_off(n);
-    let setup = |db: &VectorDb| {
-        db.create_index("k", "bench", dims, Metric::Cosine, None)
-            .expect("create");
+    let db = VectorDb::open(dir, Limits::default(), params).expect("open");
+    let created = db.create_index("k", "bench", dims, Metric::Cosine, None);
+    if matches!(created, Err(VectorError::IndexExists(_))) {
+        println!("reusing the {n} x {dims} index in {}", dir.display());
+    } else {
+        created.expect("create");
         db.create_metadata_index("k", "bench", "bucket", MetaType::Number)
             .expect("meta");
-    };
-    {
-        let db = VectorDb::open(dir.path(), Limits::default(), params).expect("open");
-        setup(&db);
         let t = Instant::now();
         for (c, chunk) in all.chunks(5000).enumerate() {
-            let recs: Vec<VectorRecord> = chunk
-                .iter()
-                .enumerate()
-                .map(|(j, v)| {
-                    let i = c * 5000 + j;
-                    VectorRecord {
-                        id: format!("v{i}"),
-                        values: v.clone(),
-                        namespace: None,
-                        metadata: json!({"bucket": i % 100}).as_object().cloned(),
-                    }
-                })
-                .collect();
-            db.write("k", "bench", &recs, WriteMode::Upsert)
+            db.write("k", "bench", &records(c * 5000, chunk), WriteMode::Upsert)
                 .expect("write");
         }
         let s = t.elapsed().as_secs_f64();
@@ -118,9 +138,6 @@ fn main() {
             n as f64 / s
         );
     }
-    let t = Instant::now();
-    let db = VectorDb::open(dir.path(), Limits::default(), params).expect("reopen");
-    let opened = t.elapsed().as_secs_f64();
     let id = |m: &kiln_vectors::Match| m.id[1..].parse::<usize>().unwrap_or(usize::MAX);
     let q0 = |v: &[f32], filter: Option<Filter>| Query {
         vector: v.to_vec(),
@@ -130,28 +147,57 @@ fn main() {
         return_values: false,
         return_metadata: ReturnMetadata::None,
     };
-    let t = Instant::now();
-    db.query("k", "bench", &q0(&queries[0], None))
-        .expect("first query");
-    println!(
-        "after a restart: open {opened:.3} s, first query {:.3} s",
-        t.elapsed().as_secs_f64()
-    );
-    // Recall below is of the settled graph: wait for the worker to insert the
-    // replayed tail (searched exactly meanwhile).
-    let t = Instant::now();
-    loop {
-        match db.graph_stats("k", "bench").expect("stats") {
-            Some(s) if s.pending == 0 => {
-                println!(
-                    "graph {s:?}, settled {:.1} s after the first query",
-                    t.elapsed().as_secs_f64()
-                );
-                break;
+    drop(db);
+    let mut firsts = Vec::new();
+    let mut reopened = None;
+    for r in 0..restarts {
+        if rewrite > 0 {
+            let db = reopened
+                .take()
+                .unwrap_or_else(|| VectorDb::open(dir, Limits::default(), params).expect("open"));
+            for (c, chunk) in all[..rewrite].chunks(5000).enumerate() {
+                db.write("k", "bench", &records(c * 5000, chunk), WriteMode::Upsert)
+                    .expect("rewrite");
             }
-            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            println!(
+                "rewrote {rewrite} vectors: {:?}",
+                db.graph_stats("k", "bench")
+            );
+            reopened = Some(db);
         }
+        drop(reopened.take()); // nothing is saved at close: as after a crash
+        let t = Instant::now();
+        let db = VectorDb::open(dir, Limits::default(), params).expect("reopen");
+        let opened = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        db.query("k", "bench", &q0(&queries[r % queries.len()], None))
+            .expect("first query");
+        let first = t.elapsed().as_secs_f64();
+        firsts.push(first);
+        println!("restart {r}: open {opened:.3} s, first query {first:.3} s");
+        // Recall below is of the settled graph: wait for the worker to insert the
+        // replayed tail (searched exactly meanwhile).
+        let t = Instant::now();
+        loop {
+            match db.graph_stats("k", "bench").expect("stats") {
+                Some(s) if s.pending == 0 => {
+                    println!(
+                        "graph {s:?}, settled {:.1} s after the first query",
+                        t.elapsed().as_secs_f64()
+                    );
+                    break;
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+        reopened = Some(db);
     }
+    println!(
+        "first query after a restart over {restarts}: p50 {:.3} s, max {:.3} s",
+        pct(firsts.clone(), 0.5),
+        pct(firsts, 1.0)
+    );
+    let Some(db) = reopened else { return };
     let cases: [Case; 3] = [
         ("unfiltered", None, |_| true),
         ("filter 1% (bucket = 3)", Some(json!({"bucket": 3})), |i| {

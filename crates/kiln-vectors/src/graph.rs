@@ -2,9 +2,12 @@
 //! today) can change without touching storage, queries or the graph files. Keys are
 //! the vectors' row keys in SQLite.
 
+use std::sync::Arc;
+
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use crate::error::{Result, VectorError};
+use crate::graph_file::Mapped;
 use crate::limits::GraphParams;
 use crate::metric::Metric;
 
@@ -31,11 +34,22 @@ pub(crate) trait AnnGraph: Send + Sync {
     /// The vector stored under `key`, into `out`; false if absent.
     fn get(&self, key: u64, out: &mut [f32]) -> bool;
     fn len(&self) -> usize;
+    /// Whether this is a read-only view of a graph file: searches work, `add`,
+    /// `remove` and `reserve` fail.
+    fn frozen(&self) -> bool;
+    /// A writable copy of a frozen graph (the file's bytes copied into memory).
+    fn thaw(&self) -> Result<Box<dyn AnnGraph>>;
 }
 
 /// usearch's HNSW, f32 storage.
 pub(crate) struct Usearch {
     index: Index,
+    /// The mapped graph file a view reads. Declared after `index` so it is dropped
+    /// after it: the view points into the mapping.
+    mapped: Option<Arc<Mapped>>,
+    dimensions: usize,
+    metric: Metric,
+    params: GraphParams,
 }
 
 /// Concurrent operations usearch keeps a context for; a call beyond them fails, so
@@ -63,6 +77,10 @@ impl Usearch {
         };
         Ok(Self {
             index: Index::new(&options).map_err(graph_err)?,
+            mapped: None,
+            dimensions,
+            metric,
+            params: *params,
         })
     }
 
@@ -75,15 +93,43 @@ impl Usearch {
     ) -> Result<Self> {
         let graph = Self::new(dimensions, metric, params)?;
         graph.index.load_from_buffer(bytes).map_err(graph_err)?;
-        if graph.index.dimensions() != dimensions {
-            return Err(graph_err("the saved graph has other dimensions"));
-        }
+        graph.check_dimensions()?;
         // Loading sizes the graph to its contents; concurrent searches need contexts.
         graph
             .index
             .reserve_capacity_and_threads(graph.index.size().max(1024), THREADS)
             .map_err(graph_err)?;
         Ok(graph)
+    }
+
+    /// A read-only view of a verified graph file: no copy, so a start answers at once
+    /// (pages are read as searches touch them); [`AnnGraph::thaw`] makes it writable.
+    pub(crate) fn view(
+        dimensions: usize,
+        metric: Metric,
+        params: &GraphParams,
+        mapped: Arc<Mapped>,
+    ) -> Result<Self> {
+        let mut graph = Self::new(dimensions, metric, params)?;
+        // A view keeps the thread contexts reserved before it (none can be added after).
+        graph
+            .index
+            .reserve_capacity_and_threads(1024, THREADS)
+            .map_err(graph_err)?;
+        // SAFETY: usearch keeps pointers into the buffer; `mapped` holds the mapping
+        // and is dropped after `index` (field order), and a graph file's bytes never
+        // change while mapped (`graph_file`'s module doc).
+        unsafe { graph.index.view_from_buffer(mapped.payload()) }.map_err(graph_err)?;
+        graph.mapped = Some(mapped);
+        graph.check_dimensions()?;
+        Ok(graph)
+    }
+
+    fn check_dimensions(&self) -> Result<()> {
+        if self.index.dimensions() != self.dimensions {
+            return Err(graph_err("the saved graph has other dimensions"));
+        }
+        Ok(())
     }
 }
 
@@ -153,5 +199,17 @@ impl AnnGraph for Usearch {
 
     fn len(&self) -> usize {
         self.index.size()
+    }
+
+    fn frozen(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    fn thaw(&self) -> Result<Box<dyn AnnGraph>> {
+        let Some(mapped) = &self.mapped else {
+            return Err(graph_err("only a view of a graph file is thawed"));
+        };
+        let copy = Self::from_bytes(self.dimensions, self.metric, &self.params, mapped.payload())?;
+        Ok(Box::new(copy))
     }
 }

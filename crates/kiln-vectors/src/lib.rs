@@ -22,6 +22,7 @@ mod error;
 mod filter;
 mod graph;
 mod graph_file;
+mod graph_load;
 mod graph_log;
 mod limits;
 mod live;

@@ -1,6 +1,11 @@
 //! Each index's graph in memory: loaded from its graph file (with the log replayed
-//! after it) or rebuilt from SQLite the first time the index is used, then kept in
-//! step with every committed write.
+//! after it) or rebuilt from SQLite the first time the index is used (`graph_load`),
+//! then kept in step with every committed write.
+//!
+//! A loaded graph starts as a read-only view of its mapped file, so the first query
+//! after a start does not wait for a copy. Until the worker thaws it (a writable copy
+//! swapped in under the writer lock), keys removed from it are `masked` and added
+//! vectors wait in the tail.
 //!
 //! Writes to one index are serialized by its `writer` lock, which loading, draining
 //! and checkpointing also hold, so no committed write can slip between a read of
@@ -12,22 +17,21 @@
 //! a build. A graph that failed to take a committed write is dropped and rebuilt:
 //! SQLite is the truth.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
-use rusqlite::{params, params_from_iter, Connection};
+use rusqlite::Connection;
 
 use crate::error::{Result, VectorError};
-use crate::graph::{AnnGraph, Usearch};
+use crate::graph::AnnGraph;
 use crate::graph_file::{self, FileError, Header};
+use crate::graph_load::{index_exists, load, rebuild, Unusable};
 use crate::graph_log;
 use crate::limits::GraphParams;
 use crate::metric::Metric;
-use crate::schema::decode;
-use crate::schema::sql_err;
 
 /// What loading, rebuilding and saving a graph needs; shared with the graph worker.
 pub(crate) struct Store {
@@ -72,13 +76,21 @@ pub(crate) struct Graph {
     pub ann: Box<dyn AnnGraph>,
     /// Committed vectors the graph does not hold yet, by key; searched exactly.
     pub tail: HashMap<u64, Vec<f32>>,
+    /// Keys a frozen `ann` still holds but the index no longer does (removed, or
+    /// updated with the new vector in the tail); never returned from `ann`.
+    pub masked: HashSet<u64>,
     pub shape: Shape,
 }
 
 impl Graph {
     /// Vectors searchable: in the graph or its tail.
     pub(crate) fn len(&self) -> usize {
-        self.ann.len() + self.tail.len()
+        self.in_graph() + self.tail.len()
+    }
+
+    /// Vectors the graph walk can return.
+    pub(crate) fn in_graph(&self) -> usize {
+        self.ann.len() - self.masked.len()
     }
 
     /// The vector stored under `key`, into `out`; false if absent.
@@ -87,7 +99,30 @@ impl Graph {
             out.copy_from_slice(v);
             return true;
         }
-        self.ann.get(key, out)
+        !self.masked.contains(&key) && self.ann.get(key, out)
+    }
+
+    /// [`AnnGraph::search`] without the masked keys.
+    pub(crate) fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        admit: Option<&dyn Fn(u64) -> bool>,
+    ) -> Result<Vec<(u64, f32)>> {
+        if self.masked.is_empty() {
+            return self.ann.search(query, k, ef, admit);
+        }
+        let unmasked = |key: u64| !self.masked.contains(&key) && admit.is_none_or(|f| f(key));
+        self.ann.search(query, k, ef, Some(&unmasked))
+    }
+
+    /// [`AnnGraph::exact`] without the masked keys.
+    pub(crate) fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>> {
+        let mut found = self.ann.exact(query, k + self.masked.len())?;
+        found.retain(|(key, _)| !self.masked.contains(key));
+        found.truncate(k);
+        Ok(found)
     }
 }
 
@@ -110,6 +145,9 @@ pub struct GraphStats {
 #[derive(Default)]
 pub(crate) struct LiveIndex {
     writer: Mutex<()>,
+    /// Held by a reader while it loads the graph: a query waiting for a load waits on
+    /// this, not on `writer`, which the worker holds for seconds while it thaws.
+    opening: Mutex<()>,
     graph: RwLock<Option<Graph>>,
     /// Keys logged since the graph file's checkpoint.
     logged: AtomicUsize,
@@ -132,6 +170,15 @@ impl LiveIndex {
                 return Ok(g);
             }
             drop(g);
+            let _opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+            if self
+                .graph
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
+            {
+                continue; // loaded while this reader waited
+            }
             let w = self.lock_writer();
             self.open(&w, store, shape)?;
         }
@@ -145,7 +192,7 @@ impl LiveIndex {
     pub(crate) fn stats(&self) -> GraphStats {
         let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
         GraphStats {
-            in_graph: g.as_ref().map_or(0, |g| g.ann.len()),
+            in_graph: g.as_ref().map_or(0, Graph::in_graph),
             pending: g.as_ref().map_or(0, |g| g.tail.len()),
             loads: self.loads.load(Ordering::Relaxed),
             builds: self.builds.load(Ordering::Relaxed),
@@ -204,9 +251,10 @@ impl LiveIndex {
                 graph
             }
         };
-        let pending = !graph.tail.is_empty();
+        // The worker thaws a view and inserts a tail.
+        let work = !graph.tail.is_empty() || graph.ann.frozen();
         *self.graph.write().unwrap_or_else(|e| e.into_inner()) = Some(graph);
-        if pending {
+        if work {
             store.wake_drain(shape.index_id);
         } else if !loaded {
             // A graph built whole (a new or empty index): saved at once, so the next
@@ -217,10 +265,25 @@ impl LiveIndex {
     }
 
     /// Applies a committed write to the graph (caller holds the writer lock); on
-    /// failure the graph is dropped, to be rebuilt from SQLite.
-    pub(crate) fn apply(&self, removed: &[u64], added: &[(u64, &[f32])]) {
+    /// failure the graph is dropped, to be rebuilt from SQLite. A frozen graph takes
+    /// the write as masked keys and tail vectors, for the worker to thaw and insert.
+    pub(crate) fn apply(&self, store: &Store, removed: &[u64], added: &[(u64, &[f32])]) {
         let mut g = self.graph.write().unwrap_or_else(|e| e.into_inner());
         let Some(graph) = g.as_mut() else { return };
+        self.logged
+            .fetch_add(removed.len() + added.len(), Ordering::Relaxed);
+        if graph.ann.frozen() {
+            for k in removed {
+                if graph.tail.remove(k).is_none() && graph.ann.contains(*k) {
+                    graph.masked.insert(*k);
+                }
+            }
+            graph
+                .tail
+                .extend(added.iter().map(|(k, v)| (*k, v.to_vec())));
+            store.wake_drain(graph.shape.index_id);
+            return;
+        }
         let result = removed
             .iter()
             .try_for_each(|k| match graph.tail.remove(k) {
@@ -229,8 +292,6 @@ impl LiveIndex {
             })
             .and_then(|()| graph.ann.reserve(graph.ann.len() + added.len()))
             .and_then(|()| add_parallel(graph.ann.as_ref(), added));
-        self.logged
-            .fetch_add(removed.len() + added.len(), Ordering::Relaxed);
         if let Err(e) = result {
             tracing::warn!(error = %e, "vector graph dropped after a failed update; it will be rebuilt");
             *g = None;
@@ -239,11 +300,23 @@ impl LiveIndex {
 
     /// Saves the graph if enough was logged since its file that replaying it at the
     /// next start would cost more than saving now: at least
-    /// [`GraphParams::checkpoint_min_keys`] keys and a quarter of the graph. A failed
-    /// save is logged; it loses nothing (the log still holds every write).
+    /// [`GraphParams::checkpoint_min_keys`] keys, and a quarter of the graph or
+    /// [`GraphParams::checkpoint_max_replay_bytes`] of vectors, whichever is fewer
+    /// (a start reads the logged vectors back before its first query). A failed save
+    /// is logged; it loses nothing (the log still holds every write).
     pub(crate) fn maybe_checkpoint(&self, writer: &MutexGuard<'_, ()>, store: &Store) {
-        let size = self.stats().in_graph;
-        let due = store.params.checkpoint_min_keys.max(size / 4);
+        let (size, dimensions) = {
+            let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some(g) => (g.in_graph(), g.shape.dimensions),
+                None => return,
+            }
+        };
+        let by_bytes = store.params.checkpoint_max_replay_bytes / (4 * dimensions.max(1));
+        let due = store
+            .params
+            .checkpoint_min_keys
+            .max((size / 4).min(by_bytes));
         if self.logged.load(Ordering::Relaxed) >= due {
             self.checkpoint_logged(writer, store);
         }
@@ -256,13 +329,14 @@ impl LiveIndex {
     }
 
     /// Writes the graph file and records it in SQLite (caller holds the writer lock).
-    /// Only a graph without a tail is saved: the tail's keys may be older than the log.
+    /// Only a thawed graph without a tail is saved: the tail's keys may be older than
+    /// the log, and a view's file is already saved.
     pub(crate) fn checkpoint(&self, _writer: &MutexGuard<'_, ()>, store: &Store) -> Result<()> {
         let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
         let Some(graph) = g.as_ref() else {
             return Ok(());
         };
-        if !graph.tail.is_empty() {
+        if !graph.tail.is_empty() || graph.ann.frozen() {
             return Ok(());
         }
         let shape = graph.shape;
@@ -299,10 +373,41 @@ impl LiveIndex {
         Ok(())
     }
 
-    /// Moves up to [`DRAIN_CHUNK`] vectors of the tail into the graph; saves the graph
-    /// once the tail is empty. Returns how many are left.
+    /// Replaces a frozen view by a writable copy without its masked keys. The caller
+    /// holds the writer lock, so no write lands between the copy and the swap; queries
+    /// go on reading the view while it is copied.
+    fn thaw(&self, _writer: &MutexGuard<'_, ()>) -> Result<()> {
+        let started = Instant::now();
+        let copy = {
+            let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            let Some(graph) = g.as_ref().filter(|g| g.ann.frozen()) else {
+                return Ok(());
+            };
+            let copy = graph.ann.thaw()?;
+            for k in &graph.masked {
+                copy.remove(*k)?;
+            }
+            copy
+        };
+        let mut g = self.graph.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(graph) = g.as_mut() {
+            graph.ann = copy;
+            graph.masked.clear();
+            tracing::info!(
+                index = graph.shape.index_id,
+                vectors = graph.ann.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "vector graph made writable"
+            );
+        }
+        Ok(())
+    }
+
+    /// Thaws a view, then moves up to [`DRAIN_CHUNK`] vectors of the tail into the
+    /// graph; saves the graph once the tail is empty. Returns how many are left.
     pub(crate) fn drain(&self, store: &Store) -> Result<usize> {
         let w = self.lock_writer();
+        self.thaw(&w)?;
         let chunk: Vec<(u64, Vec<f32>)> = {
             let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
             let Some(graph) = g.as_ref() else {
@@ -342,141 +447,6 @@ impl LiveIndex {
         }
         Ok(left)
     }
-}
-
-/// Why a graph file was not used.
-#[derive(Debug, thiserror::Error)]
-enum Unusable {
-    #[error(transparent)]
-    File(#[from] FileError),
-    #[error("{0}")]
-    Stale(String),
-    #[error(transparent)]
-    Vector(#[from] VectorError),
-}
-
-/// The graph from its file, with the keys logged after it replayed: removed from the
-/// graph, and those still stored put in the tail. Returns the graph and how many keys
-/// were replayed.
-fn load(store: &Store, shape: &Shape) -> std::result::Result<(Graph, usize), Unusable> {
-    let (h, bytes) = graph_file::read(&store.dir, shape.index_id)?;
-    let stale = |why: String| Err(Unusable::Stale(why));
-    if h.dimensions as usize != shape.dimensions
-        || h.metric != shape.metric.code()
-        || h.connectivity as usize != store.params.connectivity
-    {
-        return stale("its dimensions, metric or connectivity differ from the index's".into());
-    }
-    let (keys, tail, count) = {
-        let conn = store.conn();
-        let recorded = graph_log::checkpointed(&conn, shape.index_id)?;
-        let issued = graph_log::issued(&conn)?;
-        // Older than the log's checkpoint: the rows after it were dropped. Newer than
-        // any row issued: the database is older than the file (restored from a copy).
-        if h.seq < recorded || h.seq > issued {
-            return stale(format!(
-                "generation mismatch: the file covers the log to {}, the database \
-                 checkpointed {recorded} and issued {issued}",
-                h.seq
-            ));
-        }
-        let keys = graph_log::keys_after(&conn, shape.index_id, h.seq)?;
-        let tail = rows_by_key(&conn, shape.index_id, &keys)?;
-        (keys, tail, count_vectors(&conn, shape.index_id)?)
-    };
-    let ann = Usearch::from_bytes(shape.dimensions, shape.metric, &store.params, &bytes)?;
-    if ann.len() as u64 != h.vectors {
-        return stale(format!(
-            "the file says {} vectors, its graph holds {}",
-            h.vectors,
-            ann.len()
-        ));
-    }
-    for k in &keys {
-        if ann.contains(*k) {
-            ann.remove(*k)?;
-        }
-    }
-    let graph = Graph {
-        ann: Box::new(ann),
-        tail,
-        shape: *shape,
-    };
-    if graph.len() != count {
-        return stale(format!(
-            "after replaying the log the graph has {} vectors, the database {count}",
-            graph.len()
-        ));
-    }
-    Ok((graph, keys.len()))
-}
-
-/// An empty graph with every stored vector in its tail (the worker inserts them).
-fn rebuild(store: &Store, shape: &Shape) -> Result<Graph> {
-    let tail = {
-        let conn = store.conn();
-        let mut stmt = conn
-            .prepare("SELECT key, vals FROM vectors WHERE index_id = ?1")
-            .map_err(sql_err)?;
-        let rows = stmt
-            .query_map(params![shape.index_id], |r| {
-                Ok((r.get::<_, i64>(0)? as u64, decode(&r.get::<_, Vec<u8>>(1)?)))
-            })
-            .map_err(sql_err)?;
-        rows.collect::<rusqlite::Result<HashMap<_, _>>>()
-            .map_err(sql_err)?
-    };
-    let ann = Usearch::new(shape.dimensions, shape.metric, &store.params)?;
-    ann.reserve(tail.len())?;
-    Ok(Graph {
-        ann: Box::new(ann),
-        tail,
-        shape: *shape,
-    })
-}
-
-/// The stored vectors of `index_id` among `keys`.
-fn rows_by_key(conn: &Connection, index_id: i64, keys: &[u64]) -> Result<HashMap<u64, Vec<f32>>> {
-    let mut out = HashMap::new();
-    for part in keys.chunks(500) {
-        let marks = vec!["?"; part.len()].join(",");
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT key, vals FROM vectors WHERE key IN ({marks}) AND +index_id = {index_id}"
-            ))
-            .map_err(sql_err)?;
-        let rows = stmt
-            .query_map(params_from_iter(part.iter().map(|k| *k as i64)), |r| {
-                Ok((r.get::<_, i64>(0)? as u64, decode(&r.get::<_, Vec<u8>>(1)?)))
-            })
-            .map_err(sql_err)?;
-        for r in rows {
-            let (k, v) = r.map_err(sql_err)?;
-            out.insert(k, v);
-        }
-    }
-    Ok(out)
-}
-
-fn count_vectors(conn: &Connection, index_id: i64) -> Result<usize> {
-    let n: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM vectors WHERE index_id = ?1",
-            [index_id],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    Ok(usize::try_from(n).unwrap_or(0))
-}
-
-fn index_exists(conn: &Connection, index_id: i64) -> Result<bool> {
-    conn.query_row(
-        "SELECT COUNT(*) FROM indexes WHERE id = ?1",
-        [index_id],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| n > 0)
-    .map_err(sql_err)
 }
 
 /// Adds `items` to `graph` from one thread per core (usearch inserts concurrently).
@@ -534,67 +504,5 @@ pub(crate) fn forget_file(dir: &Path, index_id: i64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
-    use super::*;
-
-    /// Queries beside the worker inserting a tail walk a whole graph: each returns its
-    /// full candidate list. (Inserting beside queries let a walk reach a node linked on
-    /// its upper levels but not yet on the base one, and stop there with 1 candidate.)
-    #[test]
-    fn queries_beside_the_drain_see_a_whole_graph() {
-        let params = GraphParams::default();
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = Store {
-            conn: Mutex::new(kiln_db::open_in_memory(&crate::schema::SCHEMA).expect("db")),
-            dir: dir.path().to_path_buf(),
-            params,
-            live: LiveSet::default(),
-            drain: Mutex::new(None),
-        };
-        let shape = Shape {
-            index_id: 1,
-            dimensions: 16,
-            metric: Metric::Cosine,
-        };
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut vector = || -> Vec<f32> { (0..16).map(|_| rng.random::<f32>() - 0.5).collect() };
-        let ann = Usearch::new(16, shape.metric, &params).expect("graph");
-        let tail = (0..20_000).map(|k| (k, vector())).collect();
-        let queries: Vec<Vec<f32>> = (0..100).map(|_| vector()).collect();
-        let live = LiveIndex::default();
-        *live.graph.write().expect("lock") = Some(Graph {
-            ann: Box::new(ann),
-            tail,
-            shape,
-        });
-        let ef = params.expansion_search;
-        assert!(live.drain(&store).expect("a first chunk") > 0 && DRAIN_CHUNK >= ef);
-        let (mut asked, mut short) = (0, Vec::new());
-        std::thread::scope(|s| {
-            s.spawn(|| while live.drain(&store).expect("drain") > 0 {});
-            loop {
-                let g = live.read(&store, &shape).expect("read");
-                let graph = g.as_ref().expect("graph");
-                let found = graph
-                    .ann
-                    .search(&queries[asked % queries.len()], ef, ef, None)
-                    .expect("search");
-                if found.len() < ef {
-                    short.push(found.len());
-                }
-                asked += 1;
-                if graph.tail.is_empty() {
-                    break;
-                }
-            }
-        });
-        assert!(
-            short.is_empty(),
-            "{} of {asked} searches found fewer than {ef}: {short:?}",
-            short.len()
-        );
-    }
-}
+#[path = "live_tests.rs"]
+mod tests;

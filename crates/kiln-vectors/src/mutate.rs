@@ -114,7 +114,7 @@ impl VectorDb {
             touch(&tx, row.id, &mutation)?;
             tx.commit().map_err(sql_err)?;
         }
-        live.apply(&removed, &added);
+        live.apply(&inner.store, &removed, &added);
         live.maybe_checkpoint(&writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,
@@ -200,7 +200,7 @@ impl VectorDb {
             keys
         };
         let removed: Vec<u64> = keys.iter().map(|k| *k as u64).collect();
-        live.apply(&removed, &[]);
+        live.apply(&inner.store, &removed, &[]);
         live.maybe_checkpoint(&writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,

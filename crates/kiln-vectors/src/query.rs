@@ -88,7 +88,7 @@ impl VectorDb {
             Candidates::All => search::nearest(graph, params, metric, &q.vector, q.top_k, None)?,
             Candidates::Few(keys) => search::scan(graph, metric, &q.vector, q.top_k, keys),
             Candidates::Many(keys) => {
-                let ef = search::ef(params, graph.ann.len(), q.top_k);
+                let ef = search::ef(params, graph.in_graph(), q.top_k);
                 if search::exact_is_cheaper(params, keys.len(), dims, ef) {
                     search::scan(graph, metric, &q.vector, q.top_k, keys)
                 } else {

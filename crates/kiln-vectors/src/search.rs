@@ -51,19 +51,17 @@ pub(crate) fn nearest(
     top_k: usize,
     admit: Option<&HashSet<u64>>,
 ) -> Result<Vec<(u64, f32)>> {
-    let n = graph.ann.len();
+    let n = graph.in_graph();
     let ef = ef(params, n, top_k);
     let from_graph = match admit {
-        None if exact_is_cheaper(params, n, query.len(), ef) => graph.ann.exact(query, top_k)?,
-        None => graph.ann.search(query, top_k, ef, None)?,
+        None if exact_is_cheaper(params, n, query.len(), ef) => graph.exact(query, top_k)?,
+        None => graph.search(query, top_k, ef, None)?,
         Some(keys) => {
             // A predicate that rejects part of the graph leaves fewer candidates per
             // step; widen the search by the inverse of the share admitted.
             let widened = (ef * n).div_ceil(keys.len().max(1));
             let want = widened.clamp(ef, 4 * ef);
-            graph
-                .ann
-                .search(query, top_k, want, Some(&|k| keys.contains(&k)))?
+            graph.search(query, top_k, want, Some(&|k| keys.contains(&k)))?
         }
     };
     let mut scored: Vec<(u64, f32)> = from_graph
