@@ -155,12 +155,15 @@ fn main() {
             let db = reopened
                 .take()
                 .unwrap_or_else(|| VectorDb::open(dir, Limits::default(), params).expect("open"));
+            let mut slowest = 0f64;
             for (c, chunk) in all[..rewrite].chunks(5000).enumerate() {
+                let t = Instant::now();
                 db.write("k", "bench", &records(c * 5000, chunk), WriteMode::Upsert)
                     .expect("rewrite");
+                slowest = slowest.max(t.elapsed().as_secs_f64());
             }
             println!(
-                "rewrote {rewrite} vectors: {:?}",
+                "rewrote {rewrite} vectors, slowest write of 5000 {slowest:.2} s: {:?}",
                 db.graph_stats("k", "bench")
             );
             reopened = Some(db);

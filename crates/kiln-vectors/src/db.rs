@@ -226,7 +226,8 @@ impl VectorDb {
         let row = self.inner.row(&self.inner.conn(), owner, name)?;
         let live = self.inner.live(&row);
         let _w = live.lock_writer();
-        // The collection first: a row left by a failed drop can be deleted again.
+        let _saving = live.lock_saving(); // a save in flight would write a file for it
+                                          // The collection first: a row left by a failed drop can be deleted again.
         if let Some(remote) = self.inner.remote_of(&row)? {
             remote.drop_collection(&collection(owner, name))?;
         }

@@ -115,7 +115,7 @@ impl VectorDb {
             tx.commit().map_err(sql_err)?;
         }
         live.apply(&inner.store, &removed, &added);
-        live.maybe_checkpoint(&writer, &inner.store);
+        live.maybe_checkpoint(writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,
             count: added.len(),
@@ -201,7 +201,7 @@ impl VectorDb {
         };
         let removed: Vec<u64> = keys.iter().map(|k| *k as u64).collect();
         live.apply(&inner.store, &removed, &[]);
-        live.maybe_checkpoint(&writer, &inner.store);
+        live.maybe_checkpoint(writer, &inner.store);
         Ok(Mutation {
             mutation_id: mutation,
             count: removed.len(),
