@@ -18,22 +18,15 @@ mod common;
 
 use std::time::Instant;
 
+use common::{cosine, unit};
+
 use kiln_vectors::{
     Filter, GraphParams, Limits, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorError,
     VectorRecord, WriteMode,
 };
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use serde_json::json;
-
-fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Vec<f32> {
-    let mut v: Vec<f32> = (0..dims)
-        .map(|d| around.map_or(0.0, |c| c[d]) + noise * (rng.random::<f32>() * 2.0 - 1.0))
-        .collect();
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
 
 fn data(n: usize, dims: usize, kind: &str, seed: u64) -> Vec<Vec<f32>> {
     if kind == "gaussian" {
@@ -51,12 +44,6 @@ fn data(n: usize, dims: usize, kind: &str, seed: u64) -> Vec<Vec<f32>> {
             }
         })
         .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 fn exact(q: &[f32], all: &[Vec<f32>], admit: impl Fn(usize) -> bool) -> Vec<usize> {

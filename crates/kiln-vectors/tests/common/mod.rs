@@ -22,7 +22,8 @@ pub fn clustered(n: usize, dims: usize, clusters: usize, seed: u64) -> Vec<Vec<f
         .collect()
 }
 
-fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Vec<f32> {
+/// A unit vector: `around` (or the origin) plus uniform noise of `noise`, normalized.
+pub fn unit(rng: &mut StdRng, dims: usize, around: Option<&[f32]>, noise: f32) -> Vec<f32> {
     let mut v: Vec<f32> = (0..dims)
         .map(|d| around.map_or(0.0, |c| c[d]) + noise * (rng.random::<f32>() * 2.0 - 1.0))
         .collect();
