@@ -31,6 +31,13 @@ impl Emitter {
         }
     }
 
+    /// Numbers this emitter's events from `first` (a run started again after a crash:
+    /// see [`crate::replay`]).
+    pub(crate) fn numbered_from(mut self, first: u64) -> Self {
+        self.seq = first;
+        self
+    }
+
     /// Whether a streaming client went away.
     pub fn gone(&self) -> bool {
         self.gone

@@ -9,6 +9,12 @@
 //! after event `n`. Foreground responses record nothing: their storage stays the size
 //! of their output, and re-streaming one is a 400 naming `stream`.
 //!
+//! A run cut by a crash is run again at the next start (events are kept in memory
+//! only), and the new run may say something else. So the k-th run again numbers its
+//! events from `k` × [`RERUN_STRIDE`]: a client resuming across the crash gets the new
+//! run whole, from its `response.created`, never the tail of another run spliced onto
+//! what it has.
+//!
 //! A log is bounded by [`Limits::max_event_bytes`](crate::Limits::max_event_bytes): a
 //! run whose events pass it keeps none (followers get an `error` event and end) and
 //! its response is read without `stream`.
@@ -18,6 +24,10 @@ use kiln_api::Caller;
 use crate::error::{ResponsesError, Result};
 use crate::event_log::EventStream;
 use crate::service::Responses;
+
+/// How far apart the sequence numbers of successive runs of one response start (no
+/// run emits 2³² events; JSON clients read integers exactly up to 2⁵³).
+pub(crate) const RERUN_STRIDE: u64 = 1 << 32;
 
 /// `starting_after` as the client sent it: a non-negative integer.
 pub fn starting_after(v: Option<&str>) -> Result<Option<u64>> {

@@ -19,6 +19,7 @@ use crate::error::{ResponsesError, Result};
 use crate::event_log::{EventLog, EventStream};
 use crate::events::Emitter;
 use crate::ids::new_id;
+use crate::replay::RERUN_STRIDE;
 use crate::store::{ResponseStore, Stored};
 use crate::turn::{self, RunContext, Turn};
 use crate::{input, tools};
@@ -142,7 +143,9 @@ impl Responses {
             match self.prepare(&s.caller, s.request.clone(), Some(&s.response)) {
                 Ok(mut t) => {
                     t.input = s.input;
-                    let _log = self.spawn_background(t, s.request);
+                    let reruns = self.store.count_rerun(&s.response.id)?;
+                    let first = reruns.saturating_mul(RERUN_STRIDE);
+                    let _log = self.spawn_background(t, s.request, first);
                 }
                 Err(e) => {
                     let r = turn::failed(s.response.clone(), "resume_failed", &e.to_string());
@@ -160,7 +163,7 @@ impl Responses {
             let queued = turn.response.clone();
             self.save(&caller, &req, &queued, &turn.input, None)?;
             let stream = req.stream.unwrap_or(false);
-            let log = self.spawn_background(turn, req);
+            let log = self.spawn_background(turn, req, 0);
             // Streamed, the caller follows the run's log from its first event; leaving
             // stops only the following (the run goes on, and GET re-streams it).
             return Ok(match stream {
@@ -237,8 +240,14 @@ impl Responses {
         Ok(end)
     }
 
-    /// Runs `turn` on a task of its own; returns the log its events go to.
-    fn spawn_background(self: &Arc<Self>, turn: Turn, req: CreateResponse) -> Arc<EventLog> {
+    /// Runs `turn` on a task of its own, its events numbered from `first_seq`; returns
+    /// the log they go to.
+    fn spawn_background(
+        self: &Arc<Self>,
+        turn: Turn,
+        req: CreateResponse,
+        first_seq: u64,
+    ) -> Arc<EventLog> {
         let cancel = Cancel::default();
         let log = EventLog::new(self.limits.max_event_bytes);
         let run = Running {
@@ -253,7 +262,7 @@ impl Responses {
             // Counted out, and its followers ended, however the task ends.
             let _ended = TaskEnd(Arc::clone(&this));
             let _log_end = LogEnd(Arc::clone(&log));
-            let mut em = Emitter::new(None, Some(log));
+            let mut em = Emitter::new(None, Some(log)).numbered_from(first_seq);
             let r = match turn::run(&turn, &this.context(&turn), &mut em, &cancel).await {
                 Ok(r) => r,
                 Err(e) => turn::failed(turn.response.clone(), "generation_failed", &e.to_string()),

@@ -40,6 +40,12 @@ CREATE TABLE IF NOT EXISTS input_items (
 CREATE TABLE IF NOT EXISTS response_events (
     response_id TEXT PRIMARY KEY REFERENCES responses (id) ON DELETE CASCADE,
     events      TEXT NOT NULL
+);
+-- No foreign key: `put` rewrites a response's row (INSERT OR REPLACE), and a cascade
+-- would reset the count whenever a running response is written back; `delete` removes it.
+CREATE TABLE IF NOT EXISTS response_reruns (
+    response_id TEXT PRIMARY KEY,
+    reruns      INTEGER NOT NULL
 );";
 
 const SCHEMA: Schema = Schema {
@@ -213,13 +219,22 @@ impl ResponseStore {
 
     /// Deletes `key_id`'s response `id` and its items; false when there was none.
     pub fn delete(&self, key_id: &str, id: &str) -> Result<bool> {
-        let n = self
-            .conn()
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.sql(e))?;
+        let n = tx
             .execute(
                 "DELETE FROM responses WHERE id = ?1 AND key_id = ?2",
                 params![id, key_id],
             )
             .map_err(|e| self.sql(e))?;
+        if n > 0 {
+            tx.execute(
+                "DELETE FROM response_reruns WHERE response_id = ?1",
+                params![id],
+            )
+            .map_err(|e| self.sql(e))?;
+        }
+        tx.commit().map_err(|e| self.sql(e))?;
         Ok(n > 0)
     }
 
@@ -234,6 +249,22 @@ impl ResponseStore {
             )
             .map_err(|e| self.sql(e))?;
         Ok((kiln_db::to_u64(n), kiln_db::to_u64(bytes.unwrap_or(0))))
+    }
+
+    /// Counts one more run of response `id`, started again after a crash cut it, and
+    /// returns how many such runs there have been, this one included.
+    pub fn count_rerun(&self, id: &str) -> Result<u64> {
+        let n: i64 = self
+            .conn()
+            .query_row(
+                "INSERT INTO response_reruns (response_id, reruns) VALUES (?1, 1)
+                 ON CONFLICT (response_id) DO UPDATE SET reruns = reruns + 1
+                 RETURNING reruns",
+                params![id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// Every response still `queued` or `in_progress` (background runs a restart cut).

@@ -276,3 +276,41 @@ async fn events_past_the_bound_are_not_kept_but_the_response_is() {
         "{e}"
     );
 }
+
+/// A run cut by a crash and started again numbers its events after every number an
+/// earlier run could have used (the k-th rerun from k × 2³²), so a client resuming with
+/// `starting_after` from a cut run gets the new run whole; the count survives the
+/// response being written back while it runs, and another cut.
+#[tokio::test]
+async fn each_run_after_a_crash_numbers_its_events_after_the_last() {
+    let store = Arc::new(ResponseStore::open_in_memory().expect("store"));
+    let stalled = || {
+        let gate = Some(Arc::new(Semaphore::new(0)));
+        Responses::new(store.clone(), Arc::new(Paced { gate }), Limits::default())
+    };
+    let first = stalled();
+    let Ok(Created::Background(queued)) = first.create(caller("a"), req(false, true)).await else {
+        panic!("a background response");
+    };
+    // Two "crashes": each new service finds the run unfinished and starts it again.
+    assert_eq!(stalled().resume().expect("resume"), 1);
+    let last = Responses::new(
+        store.clone(),
+        Arc::new(Paced { gate: None }),
+        Limits::default(),
+    );
+    assert_eq!(last.resume().expect("resume"), 1);
+    last.background_idle().await;
+    let all = replay(&last, "a", &queued.id, None);
+    assert_eq!(
+        all.first().map(|e| e.kind.as_str()),
+        Some("response.created")
+    );
+    assert_eq!(all[0].sequence_number, 2 << 32, "the second rerun");
+    assert_eq!(
+        all.last().map(|e| e.kind.as_str()),
+        Some("response.completed")
+    );
+    // A client that saw the first run's opening events gets the last run whole.
+    assert_eq!(replay(&last, "a", &queued.id, Some("3")), all);
+}

@@ -179,6 +179,26 @@ fn responses_and_a_background_run_survive_a_crash() {
         assert!(!text.is_empty(), "{done}");
         assert_eq!(done["created_at"], running["created_at"]);
 
+        // A client that saw the cut run's first events and resumes after them gets the
+        // new run whole, from its `response.created`: never another run's tail.
+        let sse = client()
+            .get(format!(
+                "{base}/v1/responses/{rid}?stream=true&starting_after=5"
+            ))
+            .send()
+            .await
+            .expect("re-stream")
+            .text()
+            .await
+            .expect("events");
+        let first: serde_json::Value = sse
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .and_then(|d| serde_json::from_str(d).ok())
+            .unwrap_or_else(|| panic!("no event: {sse}"));
+        assert_eq!(first["type"], "response.created", "{first}");
+        assert_eq!(first["sequence_number"], 1u64 << 32, "{first}");
+
         // The conversation continues from the stored response.
         let (status, next) = post(
             &base,
