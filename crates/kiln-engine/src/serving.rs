@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kiln_backend::KvDtype;
-use kiln_model::{LoadOptions, Model, ModelConfig};
+use kiln_model::{GgufFile, LoadOptions, Model, ModelConfig};
 use kiln_tokenizer::{ChatTemplate, Tokenizer};
 
 use crate::core::EngineCore;
@@ -90,11 +90,18 @@ pub struct ServingModel {
 impl ServingModel {
     /// Loads `path` (GGUF) and starts its engine thread.
     pub fn load(name: &str, path: &Path, opts: &ServingOptions) -> Result<Self> {
-        let model = Model::load(path, &opts.load)?;
-        let gguf = model.gguf().clone();
-        let tokenizer = Arc::new(
-            Tokenizer::from_gguf(&gguf).map_err(|e| Error::Config(format!("tokenizer: {e}")))?,
-        );
+        // The tokenizer is built on a thread of its own while the weights load: for a
+        // 151k-token BPE it takes as long as hashing and mapping a cached 1.5B model.
+        let gguf = Arc::new(GgufFile::open(path).map_err(kiln_model::Error::from)?);
+        let (model, tokenizer) = std::thread::scope(|s| {
+            let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf));
+            (Model::from_gguf(gguf.clone(), &opts.load), tokenizer.join())
+        });
+        let model = model?;
+        let tokenizer = tokenizer
+            .map_err(|_| Error::Config("tokenizer: its thread panicked".into()))?
+            .map_err(|e| Error::Config(format!("tokenizer: {e}")))?;
+        let tokenizer = Arc::new(tokenizer);
         let token_text = |id: Option<u32>| {
             id.map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
                 .unwrap_or_default()

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use kiln_backend::{Backend, CpuBackend, KvDtype, KvShape};
-use kiln_formats::GgufFile;
 use kiln_kernels::KernelTable;
 
 pub use batch::BatchInput;
@@ -34,6 +33,7 @@ pub use content_digest::content_digest;
 pub use error::{Error, Result};
 pub use kiln_backend::Activation;
 pub use kiln_backend::SeqSpan;
+pub use kiln_formats::GgufFile;
 pub use lora::{LoraAdapter, LoraBatch, LoraError};
 pub use pack_cache::PackCache;
 use pack_cache::PackOutcome;
