@@ -18,11 +18,11 @@ mod common;
 
 use std::time::Instant;
 
-use common::{cosine, unit};
+use common::{cosine, records, unit};
 
 use kiln_vectors::{
     Filter, GraphParams, Limits, MetaType, Metric, Query, ReturnMetadata, VectorDb, VectorError,
-    VectorRecord, WriteMode,
+    WriteMode,
 };
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -62,18 +62,9 @@ fn pct(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Vectors `from..` as records: ids `v{i}`, a metadata bucket of `i % 100`.
-fn records(from: usize, vectors: &[Vec<f32>]) -> Vec<VectorRecord> {
-    vectors
-        .iter()
-        .enumerate()
-        .map(|(j, v)| VectorRecord {
-            id: format!("v{}", from + j),
-            values: v.clone(),
-            namespace: None,
-            metadata: json!({"bucket": (from + j) % 100}).as_object().cloned(),
-        })
-        .collect()
+/// The metadata of vector `i`: a bucket of `i % 100`, which the filters select on.
+fn bucket(i: usize) -> Option<serde_json::Map<String, serde_json::Value>> {
+    json!({"bucket": i % 100}).as_object().cloned()
 }
 
 /// A query case: its name, its filter, and which vector indexes pass it.
@@ -116,8 +107,13 @@ fn main() {
             .expect("meta");
         let t = Instant::now();
         for (c, chunk) in all.chunks(5000).enumerate() {
-            db.write("k", "bench", &records(c * 5000, chunk), WriteMode::Upsert)
-                .expect("write");
+            db.write(
+                "k",
+                "bench",
+                &records(chunk, c * 5000, bucket),
+                WriteMode::Upsert,
+            )
+            .expect("write");
         }
         let s = t.elapsed().as_secs_f64();
         println!(
@@ -145,8 +141,13 @@ fn main() {
             let mut slowest = 0f64;
             for (c, chunk) in all[..rewrite].chunks(5000).enumerate() {
                 let t = Instant::now();
-                db.write("k", "bench", &records(c * 5000, chunk), WriteMode::Upsert)
-                    .expect("rewrite");
+                db.write(
+                    "k",
+                    "bench",
+                    &records(chunk, c * 5000, bucket),
+                    WriteMode::Upsert,
+                )
+                .expect("rewrite");
                 slowest = slowest.max(t.elapsed().as_secs_f64());
             }
             println!(

@@ -7,33 +7,24 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{exact_top, gaussian};
+use common::{exact_top, gaussian, records};
 use kiln_vectors::{
-    GraphParams, GraphStats, Limits, Metric, Query, ReturnMetadata, VectorDb, VectorRecord,
-    WriteMode,
+    GraphParams, GraphStats, Limits, Metric, Query, ReturnMetadata, VectorDb, WriteMode,
 };
 
 fn open_with(dir: &std::path::Path, params: GraphParams) -> VectorDb {
     VectorDb::open(dir, Limits::default(), params).expect("open")
 }
 
-fn records(vectors: &[Vec<f32>], from: usize) -> Vec<VectorRecord> {
-    vectors
-        .iter()
-        .enumerate()
-        .map(|(i, v)| VectorRecord {
-            id: format!("v{}", from + i),
-            values: v.clone(),
-            namespace: None,
-            metadata: None,
-        })
-        .collect()
-}
-
 fn write_all(db: &VectorDb, vectors: &[Vec<f32>]) {
     for (c, chunk) in vectors.chunks(5000).enumerate() {
-        db.write("k", "g", &records(chunk, c * 5000), WriteMode::Upsert)
-            .expect("write");
+        db.write(
+            "k",
+            "g",
+            &records(chunk, c * 5000, |_| None),
+            WriteMode::Upsert,
+        )
+        .expect("write");
     }
 }
 
@@ -146,13 +137,13 @@ fn a_restart_loads_the_graph_and_replays_the_log() {
         db.write(
             "k",
             "g",
-            &records(&vectors[2000..2500], 2000),
+            &records(&vectors[2000..2500], 2000, |_| None),
             WriteMode::Upsert,
         )
         .expect("more");
         let moved = gaussian(100, 16, 7);
         vectors[..100].clone_from_slice(&moved);
-        db.write("k", "g", &records(&moved, 0), WriteMode::Upsert)
+        db.write("k", "g", &records(&moved, 0, |_| None), WriteMode::Upsert)
             .expect("replace");
         let gone: Vec<String> = (100..150).map(|i| format!("v{i}")).collect();
         db.delete_by_ids("k", "g", &gone).expect("delete");

@@ -2,12 +2,31 @@
 
 #![allow(dead_code)]
 
-use kiln_vectors::{GraphParams, Limits, VectorDb};
+use kiln_vectors::{GraphParams, Limits, VectorDb, VectorRecord};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 pub fn open(dir: &std::path::Path) -> VectorDb {
     VectorDb::open(dir, Limits::default(), GraphParams::default()).expect("open")
+}
+
+/// `vectors` as records with ids `v{from}`, `v{from + 1}`, …, and `metadata(i)` for
+/// record `i` (its number in the whole set).
+pub fn records(
+    vectors: &[Vec<f32>],
+    from: usize,
+    metadata: impl Fn(usize) -> Option<serde_json::Map<String, serde_json::Value>>,
+) -> Vec<VectorRecord> {
+    vectors
+        .iter()
+        .enumerate()
+        .map(|(j, v)| VectorRecord {
+            id: format!("v{}", from + j),
+            values: v.clone(),
+            namespace: None,
+            metadata: metadata(from + j),
+        })
+        .collect()
 }
 
 /// `n` unit vectors of `dims` around `clusters` random centres (embeddings cluster by
