@@ -338,9 +338,7 @@ impl LiveIndex {
     }
 
     fn checkpoint_logged(&self, writer: MutexGuard<'_, ()>, store: &Store) {
-        if let Err(e) = self.checkpoint(writer, store) {
-            tracing::warn!(error = %e, "vector graph not saved; the next start replays more of the log");
-        }
+        warn_if_unsaved(self.checkpoint(writer, store));
     }
 
     /// Writes the graph file and records it in SQLite. The graph is serialized under
@@ -359,12 +357,10 @@ impl LiveIndex {
     /// [`Self::checkpoint`] keeping the writer lock (a caller that only borrows it).
     fn checkpoint_held(&self, writer: &MutexGuard<'_, ()>, store: &Store) {
         let _saving = self.lock_saving();
-        if let Err(e) = self
-            .snapshot(writer, store)
-            .and_then(|s| s.map_or(Ok(()), |s| self.save(s, store)))
-        {
-            tracing::warn!(error = %e, "vector graph not saved; the next start replays more of the log");
-        }
+        warn_if_unsaved(
+            self.snapshot(writer, store)
+                .and_then(|s| s.map_or(Ok(()), |s| self.save(s, store))),
+        );
     }
 
     /// The graph's bytes and header, if it is to be saved (the caller holds the writer
@@ -500,6 +496,13 @@ impl LiveIndex {
             self.checkpoint(w, store)?;
         }
         Ok(left)
+    }
+}
+
+/// A failed save loses nothing (the log still holds every write); it is only logged.
+fn warn_if_unsaved(saved: Result<()>) {
+    if let Err(e) = saved {
+        tracing::warn!(error = %e, "vector graph not saved; the next start replays more of the log");
     }
 }
 
