@@ -6,9 +6,10 @@
 //! rows it covers. A crash at any point leaves either the previous file or the new one
 //! (a torn `.tmp` is swept at the next open), and the log still holds every write after
 //! whichever file survived. A file is used only if its BLAKE3 (over the header and
-//! the graph) verifies, its header names the same index, dimensions, metric and
-//! connectivity, and its checkpoint sequence is one SQLite's log can replay from;
-//! otherwise it is ignored, logged, and the graph rebuilt from SQLite.
+//! the graph) verifies, the padding between them is zeros, its header names the same
+//! index, dimensions, metric and connectivity, and its checkpoint sequence is one
+//! SQLite's log can replay from; otherwise it is ignored, logged, and the graph
+//! rebuilt from SQLite.
 //!
 //! Read by mapping, not copying: a start verifies the mapped file on every core and
 //! serves queries from a view of it at once (`graph::Usearch::view`); a 1M × 384
@@ -178,6 +179,11 @@ pub(crate) fn read(dir: &Path, index_id: i64) -> Result<(Header, Arc<Mapped>), F
     if checksum(&head, &map[PAYLOAD_AT..]) != map[HEADER..HEADER + SUM] {
         return Err(corrupt("checksum mismatch"));
     }
+    // The checksum does not cover the zeros before the graph; a flipped bit there is
+    // damage all the same, and a file with any is not one this code wrote.
+    if map[HEADER + SUM..PAYLOAD_AT].iter().any(|&b| b != 0) {
+        return Err(corrupt("the padding before its graph is not zero"));
+    }
     if header.index_id != index_id {
         return Err(corrupt("it names another index"));
     }
@@ -242,6 +248,12 @@ mod tests {
         fs::write(&p, &bytes).expect("flip");
         assert!(
             matches!(read(dir.path(), 7), Err(FileError::Corrupt { why, .. }) if why.contains("checksum"))
+        );
+        bytes[last] ^= 1;
+        bytes[HEADER + SUM + 1] = 0x10;
+        fs::write(&p, &bytes).expect("flip a padding bit");
+        assert!(
+            matches!(read(dir.path(), 7), Err(FileError::Corrupt { why, .. }) if why.contains("padding"))
         );
         fs::write(&p, &bytes[..bytes.len() - 3]).expect("tear");
         assert!(
