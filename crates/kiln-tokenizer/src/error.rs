@@ -23,13 +23,6 @@ pub enum Error {
         pre: String,
         supported: String,
     },
-    /// The `tokenizers` crate rejected the vocabulary or merges built from the file.
-    #[error("{path}: building the {what} model failed: {reason}")]
-    Build {
-        path: PathBuf,
-        what: &'static str,
-        reason: String,
-    },
     /// A Hugging Face `tokenizer.json` could not be read or parsed.
     #[error("{path}: cannot load tokenizer.json: {reason}")]
     TokenizerJson { path: PathBuf, reason: String },

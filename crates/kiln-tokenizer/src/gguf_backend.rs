@@ -1,9 +1,8 @@
 //! Encoding and decoding for GGUF vocabularies with llama.cpp's semantics.
 
 use kiln_formats::GgufFile;
-use tokenizers::models::bpe::BPE;
-use tokenizers::Model;
 
+use crate::bpe::Bpe;
 use crate::byte_level;
 use crate::error::{Error, Result};
 use crate::special_split::{Fragment, SpecialSplitter};
@@ -16,7 +15,7 @@ const SPM_SPACE: &str = "\u{2581}";
 #[derive(Debug)]
 pub(crate) struct GgufBackend {
     pub(crate) vocab: Vocab,
-    model: BPE,
+    model: Bpe,
     splitter: SpecialSplitter,
     pub(crate) pieces: PieceTable,
 }
@@ -86,10 +85,10 @@ fn render_piece(vocab: &Vocab, id: u32) -> Vec<u8> {
 
 impl GgufBackend {
     pub(crate) fn new(gguf: &GgufFile) -> Result<Self> {
-        let mut vocab = Vocab::from_gguf(gguf)?;
+        let vocab = Vocab::from_gguf(gguf)?;
         let model = match vocab.kind {
-            VocabKind::BytePairs(_) => bpe_build::gpt2_model(gguf, &mut vocab)?,
-            VocabKind::SentencePiece => bpe_build::spm_model(gguf.path(), &mut vocab)?,
+            VocabKind::BytePairs(_) => bpe_build::gpt2_model(gguf, &vocab)?,
+            VocabKind::SentencePiece => bpe_build::spm_model(&vocab),
         };
         let splitter = SpecialSplitter::new(&vocab);
         let pieces = PieceTable::new((0..vocab.len() as u32).map(|id| render_piece(&vocab, id)));
@@ -102,16 +101,7 @@ impl GgufBackend {
     }
 
     pub(crate) fn token_id(&self, text: &str) -> Option<u32> {
-        self.model.token_to_id(text)
-    }
-
-    fn run_model(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        let tokens = self.model.tokenize(text).map_err(|e| Error::Encode {
-            len: text.len(),
-            reason: e.to_string(),
-        })?;
-        out.extend(tokens.into_iter().map(|t| t.id));
-        Ok(())
+        self.vocab.id(text)
     }
 
     fn special(&self, id: Option<u32>, which: &'static str) -> Result<u32> {
@@ -146,12 +136,12 @@ impl GgufBackend {
                             ""
                         };
                         let escaped = format!("{prefix}{t}").replace(' ', SPM_SPACE);
-                        self.run_model(&escaped, &mut out)?;
+                        self.model.tokenize(v, &escaped, &mut out);
                         after_special = false;
                     }
                     VocabKind::BytePairs(pre) => {
                         for word in pre.split(t) {
-                            self.run_model(&byte_level::encode(word), &mut out)?;
+                            self.model.tokenize(v, &byte_level::encode(word), &mut out);
                         }
                     }
                 },

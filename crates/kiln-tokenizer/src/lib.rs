@@ -2,13 +2,14 @@
 //!
 //! * [`Tokenizer`] turns text into token ids and back. Built from a GGUF file it gives
 //!   exactly llama.cpp's ids (byte-level BPE for `gpt2` vocabularies, SentencePiece with
-//!   byte fallback for `llama` ones), using the `tokenizers` crate's BPE engine with
-//!   llama.cpp's pre-tokenizers and special-token rules around it. It also reads Hugging
-//!   Face `tokenizer.json` files.
+//!   byte fallback for `llama` ones): a BPE merger of its own (see `bpe.rs` for why)
+//!   with llama.cpp's pre-tokenizers and special-token rules around it. It also reads
+//!   Hugging Face `tokenizer.json` files, through the `tokenizers` crate.
 //! * [`IncrementalDecoder`] turns generated ids into text as it becomes valid UTF-8.
 //! * [`ChatTemplate`] renders a model's Jinja chat template the way Hugging Face
 //!   `transformers` does.
 
+mod bpe;
 mod bpe_build;
 mod byte_level;
 mod chat_message;
@@ -22,6 +23,7 @@ mod pre_split;
 mod py_json;
 mod special_split;
 mod special_tokens;
+mod token_index;
 mod tokenizer;
 mod unicode_class;
 mod vocab;

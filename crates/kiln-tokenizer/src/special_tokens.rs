@@ -97,10 +97,7 @@ fn mark_control(vocab: &mut Vocab, id: u32) {
 
 /// The lowest id whose text is one of `texts`.
 fn find(vocab: &Vocab, texts: &[&str]) -> Option<u32> {
-    texts
-        .iter()
-        .filter_map(|t| vocab.ids.get(*t).copied())
-        .min()
+    texts.iter().filter_map(|t| vocab.id(t)).min()
 }
 
 /// Fills a role from its well-known texts unless the file set it, marking it control.
@@ -140,13 +137,13 @@ pub(crate) fn resolve(vocab: &mut Vocab) {
         .flatten()
         .collect();
     for text in EOG {
-        if let Some(&id) = vocab.ids.get(*text) {
+        if let Some(id) = vocab.id(text) {
             eog.push(id);
             mark_control(vocab, id);
         }
     }
     for text in ALWAYS_RENDERED {
-        if let Some(&id) = vocab.ids.get(*text) {
+        if let Some(id) = vocab.id(text) {
             vocab.attrs[id as usize] = TokenAttr(TokenAttr::USER_DEFINED);
         }
     }
@@ -154,20 +151,23 @@ pub(crate) fn resolve(vocab: &mut Vocab) {
     eog.sort_unstable();
     eog.dedup();
 
-    let has = |eog: &[u32], text: &str| vocab.ids.get(text).filter(|id| eog.contains(id)).copied();
+    let has = |vocab: &Vocab, eog: &[u32], text: &str| vocab.id(text).filter(|id| eog.contains(id));
     // Harmony / Solar Open: "<|end|>" ends a message, not the generation.
-    if let Some(end) = has(&eog, "<|end|>") {
-        let ret = has(&eog, "<|return|>").is_some();
-        let call = has(&eog, "<|call|>").is_some() || has(&eog, "<|calls|>").is_some();
-        let flush = has(&eog, "<|flush|>").is_some();
+    if let Some(end) = has(vocab, &eog, "<|end|>") {
+        let ret = has(vocab, &eog, "<|return|>").is_some();
+        let call =
+            has(vocab, &eog, "<|call|>").is_some() || has(vocab, &eog, "<|calls|>").is_some();
+        let flush = has(vocab, &eog, "<|flush|>").is_some();
         if call && (ret || flush) {
             eog.retain(|&id| id != end);
             vocab.attrs[end as usize] = TokenAttr(TokenAttr::USER_DEFINED);
         }
     }
     // Gemma 4 / PLaMo: "</s>" is an ordinary token there.
-    if let Some(s_id) = has(&eog, "</s>") {
-        if has(&eog, "<|tool_response>").is_some() || has(&eog, "<|plamo:eos|>").is_some() {
+    if let Some(s_id) = has(vocab, &eog, "</s>") {
+        if has(vocab, &eog, "<|tool_response>").is_some()
+            || has(vocab, &eog, "<|plamo:eos|>").is_some()
+        {
             eog.retain(|&id| id != s_id);
             vocab.attrs[s_id as usize] = TokenAttr(TokenAttr::NORMAL);
         }

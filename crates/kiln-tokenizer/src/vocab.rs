@@ -8,9 +8,7 @@ use kiln_formats::{GgufFile, MetaArray};
 use crate::error::{Error, Result};
 use crate::pre_split::PreSplit;
 use crate::special_tokens;
-
-/// Text -> id map, of the type the `tokenizers` BPE model takes.
-pub(crate) type TokenIds = tokenizers::models::bpe::Vocab;
+use crate::token_index::TokenIndex;
 
 /// llama.cpp's per-token attributes (a bit set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,9 +70,8 @@ pub(crate) struct Vocab {
     pub(crate) texts: Vec<String>,
     pub(crate) scores: Vec<f32>,
     pub(crate) attrs: Vec<TokenAttr>,
-    /// Text -> id. Moved into the BPE model once that is built (see
-    /// [`Vocab::take_ids`]); look ids up through the model afterwards.
-    pub(crate) ids: TokenIds,
+    /// Text -> id over `texts` (see [`Vocab::id`]).
+    ids: TokenIndex,
     pub(crate) special: SpecialIds,
     pub(crate) add_bos: bool,
     pub(crate) add_eos: bool,
@@ -258,17 +255,14 @@ impl Vocab {
         }
         let scores = read_scores(gguf, n)?;
         let attrs = read_attrs(gguf, n)?;
-        let mut ids = TokenIds::default();
-        ids.reserve(n);
-        for (i, t) in texts.iter().enumerate() {
-            if let Some(first) = ids.insert(t.clone(), i as u32) {
-                return Err(invalid(
-                    path,
-                    KEY_TOKENS,
-                    format!("token {i} repeats the text {t:?} of token {first}"),
-                ));
-            }
-        }
+        let ids = TokenIndex::build(&texts).map_err(|(i, first)| {
+            let t = &texts[i as usize];
+            invalid(
+                path,
+                KEY_TOKENS,
+                format!("token {i} repeats the text {t:?} of token {first}"),
+            )
+        })?;
 
         // Defaults per model type, overridden by the file.
         let (bos, eos) = match kind {
@@ -318,9 +312,9 @@ impl Vocab {
         Ok(vocab)
     }
 
-    /// Hands the text -> id map over (to the BPE model), leaving it empty.
-    pub(crate) fn take_ids(&mut self) -> TokenIds {
-        std::mem::take(&mut self.ids)
+    /// The id of the token whose text is `text`.
+    pub(crate) fn id(&self, text: &str) -> Option<u32> {
+        self.ids.get(&self.texts, text)
     }
 
     pub(crate) fn len(&self) -> usize {
