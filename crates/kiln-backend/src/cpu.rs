@@ -115,7 +115,12 @@ impl Backend for CpuBackend {
     }
 
     fn reserve(&self, a: &mut Vec<f32>, len: usize) {
-        if a.len() < len {
+        if a.is_empty() {
+            // Zeroed by the allocator (fresh pages from the OS for large buffers), not
+            // written: a start reserves hundreds of MB of workspace, a whole batch's
+            // logits among it, and zeroing it was most of creating the engine.
+            *a = vec![0.0; len];
+        } else if a.len() < len {
             a.resize(len, 0.0);
         }
     }

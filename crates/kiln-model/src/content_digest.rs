@@ -5,6 +5,8 @@
 
 use kiln_formats::GgufFile;
 
+use crate::digest_memo::DigestMemo;
+
 /// Bytes hashed per task: large enough that the per-chunk overhead vanishes, small
 /// enough that two threads finish together.
 const CHUNK: usize = 16 << 20;
@@ -38,4 +40,12 @@ pub fn content_digest(file: &GgufFile, threads: usize) -> [u8; 32] {
         "hashed the model file's content"
     );
     *all.finalize().as_bytes()
+}
+
+/// [`content_digest`], through `memo` where there is one (see [`DigestMemo`]).
+pub(crate) fn remembered(file: &GgufFile, threads: usize, memo: Option<&DigestMemo>) -> [u8; 32] {
+    match memo {
+        Some(memo) => memo.get_or_compute(file.path(), || content_digest(file, threads)),
+        None => content_digest(file, threads),
+    }
 }

@@ -12,6 +12,7 @@ mod batch;
 mod config;
 mod content_digest;
 mod diagnose;
+mod digest_memo;
 mod error;
 mod forward;
 pub mod lora;
@@ -49,9 +50,11 @@ pub struct Model<B: Backend = CpuBackend> {
     prepared_from_cache: bool,
     /// The thread writing this load's prepared copies to the pack cache, if any.
     pack_writer: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
-    /// The file's content digest, once something needed it, and the threads that hash.
+    /// The file's content digest, once something needed it, the threads that hash,
+    /// and where digests are remembered between loads (beside the pack cache).
     digest: OnceLock<[u8; 32]>,
     threads: usize,
+    digest_memo: Option<digest_memo::DigestMemo>,
     backend: B,
 }
 
@@ -129,10 +132,16 @@ impl<B: Backend> Model<B> {
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             |p| p.threads,
         );
+        let digest_memo = prepare
+            .as_ref()
+            .and_then(|p| p.cache.as_ref())
+            .map(PackCache::digest_memo);
         let (packed_bytes, outcome) = match prepare {
             Some(p) => {
                 let content = match &p.cache {
-                    Some(_) => *digest.get_or_init(|| content_digest(&file, threads)),
+                    Some(_) => *digest.get_or_init(|| {
+                        content_digest::remembered(&file, threads, digest_memo.as_ref())
+                    }),
                     None => [0; 32],
                 };
                 weights.prepare(&backend, &file, p.cache.as_ref(), &content)
@@ -153,6 +162,7 @@ impl<B: Backend> Model<B> {
             pack_writer: Mutex::new(pack_writer),
             digest,
             threads,
+            digest_memo,
             backend,
         })
     }
@@ -173,11 +183,12 @@ impl<B: Backend> Model<B> {
     }
 
     /// The digest of the model file's whole content (see [`content_digest`]): computed
-    /// at most once per load, and shared by the pack cache and the engine's KV disk tier.
+    /// at most once per load (and not at all where the pack cache remembers it, see
+    /// `digest_memo.rs`), and shared by the pack cache and the engine's KV disk tier.
     pub fn content_digest(&self) -> [u8; 32] {
-        *self
-            .digest
-            .get_or_init(|| content_digest(&self.file, self.threads))
+        *self.digest.get_or_init(|| {
+            content_digest::remembered(&self.file, self.threads, self.digest_memo.as_ref())
+        })
     }
 
     /// Whether the repacked weights were mapped from the pack cache (no repacking).

@@ -4,9 +4,11 @@
 //!
 //! **Never wrong.** A cache file is named by the fingerprint of everything its bytes
 //! derive from: the backend's layout name, the digest of the model file's whole content
-//! (never its path or mtime; computed once per load and shared with the engine's KV disk
-//! tier) and, per prepared matrix, its tensor name, type and shape. A changed byte, another quantization or a new layout version is another
-//! name, so a stale copy is never found, let alone read. The header repeats the
+//! (never its path or mtime; computed once per load, or remembered by the file's identity
+//! in `digests/` (see `digest_memo.rs`), and shared with the engine's KV disk tier) and,
+//! per prepared matrix, its tensor name, type and shape. A changed byte, another
+//! quantization or a new layout version is another name, so a stale copy is never
+//! found, let alone read. The header repeats the
 //! fingerprint and is hashed; a file whose header does not check out is ignored (and
 //! replaced).
 //!
@@ -28,6 +30,8 @@ use std::thread::JoinHandle;
 
 use kiln_backend::WeightBytes;
 use memmap2::Mmap;
+
+use crate::digest_memo::DigestMemo;
 
 const MAGIC: &[u8; 8] = b"KILNPACK";
 const FORMAT_VERSION: u32 = 1;
@@ -74,6 +78,11 @@ impl PackCache {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Model files' content digests, remembered beside the copies made from them.
+    pub(crate) fn digest_memo(&self) -> DigestMemo {
+        DigestMemo::new(self.dir.join("digests"))
     }
 
     fn path_of(&self, key: &Fingerprint) -> PathBuf {
