@@ -74,6 +74,8 @@ fn the_second_load_maps_the_first_ones_packs_and_computes_the_same() {
     assert_eq!(packs(&cache), 2);
     // The catalogue's file is long settled, so its digest is remembered; the copy was
     // written just now, so its is not (see `digest_memo.rs`).
-    let memos = std::fs::read_dir(cache.join("digests")).expect("digests").count();
+    let memos = std::fs::read_dir(cache.join("digests"))
+        .expect("digests")
+        .count();
     assert_eq!(memos, 1);
 }
