@@ -130,3 +130,41 @@ fn abort_frees_blocks_at_the_next_step() {
     assert_eq!(c.kv().num_free_blocks(), 64);
     assert!(!c.has_work());
 }
+
+/// After a restart, a prompt whose prefix is on disk arrives while another sequence
+/// runs: its blocks are read during that one's steps and copied in after them, and it
+/// answers exactly as the first engine did.
+#[test]
+fn a_prefix_read_from_disk_behind_a_running_step_gives_the_same_tokens() {
+    let dir = tempfile::tempdir().expect("dir");
+    let with_disk = || {
+        let mut cfg = config(256);
+        cfg.kv_disk = Some(kiln_engine::kv::DiskTierConfig {
+            root: dir.path().to_path_buf(),
+            budget_bytes: 64 << 20,
+            fingerprint: [7; 32],
+        });
+        EngineCore::new(model(), cfg, vec![2]).expect("engine builds")
+    };
+    let req = GenerateRequest::greedy(prompt(5, 200), 16);
+    let want = {
+        let mut c = with_disk();
+        let mut rx = add(&mut c, 1, req.clone());
+        run_to_completion(&mut c);
+        collect(&mut rx).0.remove(0)
+    }; // dropped: its blocks reach the disk
+
+    let mut c = with_disk();
+    let mut busy = add(&mut c, 1, GenerateRequest::greedy(prompt(9, 40), 48));
+    c.step();
+    c.step();
+    let mut rx = add(&mut c, 2, req);
+    run_to_completion(&mut c);
+    assert_eq!(collect(&mut rx).0.remove(0), want);
+    assert_eq!(collect(&mut busy).1[0], Some(FinishReason::Length));
+    let disk = c.stats.snapshot().kv_disk;
+    assert_eq!(
+        disk.hit_tokens, 192,
+        "12 full blocks of the prompt from disk"
+    );
+}

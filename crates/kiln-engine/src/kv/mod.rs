@@ -6,6 +6,7 @@ pub mod disk;
 mod disk_file;
 mod disk_index;
 mod disk_others;
+mod disk_read;
 pub mod manager;
 pub mod prefix_hash;
 
