@@ -51,7 +51,7 @@ impl SeqBlocks {
     }
 
     /// Whether its prompt's blocks are being read from the disk tier: it is not admitted
-    /// until they are in (see [`KvManager::finish_disk_reads`]).
+    /// until they are in (see [`KvManager::finish_disk_read`]).
     pub fn disk_pending(&self) -> bool {
         self.disk_read.is_some()
     }
