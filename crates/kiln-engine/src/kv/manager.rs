@@ -11,15 +11,7 @@ use super::block_pool::BlockPool;
 use super::disk::DiskTier;
 use super::disk_read::PendingRead;
 use super::prefix_hash::{hash_blocks, BlockHash};
-
-/// Prefix-cache counters in tokens, as vLLM reports them.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixCacheStats {
-    /// Prompt tokens looked up.
-    pub queries: u64,
-    /// Prompt tokens found cached.
-    pub hits: u64,
-}
+use crate::stats::PrefixCacheStats;
 
 /// The blocks of one sequence, released to the pool on drop.
 pub struct SeqBlocks {

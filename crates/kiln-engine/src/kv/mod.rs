@@ -10,6 +10,7 @@ mod disk_read;
 pub mod manager;
 pub mod prefix_hash;
 
+pub use crate::stats::PrefixCacheStats;
 pub use disk::{DiskTier, DiskTierConfig};
-pub use manager::{KvManager, PrefixCacheStats, SeqBlocks};
+pub use manager::{KvManager, SeqBlocks};
 pub use prefix_hash::{hash_block, BlockHash, ROOT};
