@@ -5,17 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kv::PrefixCacheStats;
 use crate::request::FinishReason;
 use crate::spec::MAX_DRAFT;
-
-/// Prefix-cache counters in tokens, as vLLM reports them.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixCacheStats {
-    /// Prompt tokens looked up.
-    pub queries: u64,
-    /// Prompt tokens found cached.
-    pub hits: u64,
-}
 
 /// Steps of at least this many tokens price a computed prompt token (decode steps cost
 /// far more per token, and would overstate what a disk hit saves).

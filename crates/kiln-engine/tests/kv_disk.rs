@@ -82,7 +82,7 @@ fn blocks_written_before_a_restart_are_imported_after_it_bit_for_bit() {
     let (mut m, stats) = manager(dir.path(), 1 << 20, 1);
     let mut seq = m.new_seq(64);
     let mut imported = Vec::new();
-    let n = m.promote_from_disk(&mut seq, &tokens, b"", true, |b, bytes| {
+    let n = m.promote_from_disk(&mut seq, &tokens, b"", |b, bytes| {
         imported.push((b, bytes.to_vec()));
         true
     });
@@ -100,13 +100,10 @@ fn blocks_written_before_a_restart_are_imported_after_it_bit_for_bit() {
     assert_eq!(s.read_bytes, 3 * 64);
 
     // A sequence is looked up once; another key (an adapter's) finds nothing.
-    assert_eq!(
-        m.promote_from_disk(&mut seq, &tokens, b"", true, |_, _| true),
-        0
-    );
+    assert_eq!(m.promote_from_disk(&mut seq, &tokens, b"", |_, _| true), 0);
     let mut other = m.new_seq(64);
     assert_eq!(
-        m.promote_from_disk(&mut other, &tokens, b"lora", true, |_, _| true),
+        m.promote_from_disk(&mut other, &tokens, b"lora", |_, _| true),
         0
     );
 }
@@ -123,17 +120,14 @@ fn another_fingerprint_a_refused_import_and_a_corrupt_file_bring_nothing() {
     let (mut other, _) = manager(dir.path(), 1 << 20, 2);
     let mut seq = other.new_seq(64);
     assert_eq!(
-        other.promote_from_disk(&mut seq, &tokens, b"", true, |_, _| true),
+        other.promote_from_disk(&mut seq, &tokens, b"", |_, _| true),
         0
     );
 
     // An import the backend refuses stops there, and nothing is cached.
     let (mut m, _) = manager(dir.path(), 1 << 20, 1);
     let mut seq = m.new_seq(64);
-    assert_eq!(
-        m.promote_from_disk(&mut seq, &tokens, b"", true, |_, _| false),
-        0
-    );
+    assert_eq!(m.promote_from_disk(&mut seq, &tokens, b"", |_, _| false), 0);
     assert_eq!(m.attach_cached_prefix(&mut seq, &tokens, b""), 0);
     drop((seq, m));
 
@@ -155,10 +149,7 @@ fn another_fingerprint_a_refused_import_and_a_corrupt_file_bring_nothing() {
     }
     let (mut m, stats) = manager(dir.path(), 1 << 20, 1);
     let mut seq = m.new_seq(64);
-    assert_eq!(
-        m.promote_from_disk(&mut seq, &tokens, b"", true, |_, _| true),
-        0
-    );
+    assert_eq!(m.promote_from_disk(&mut seq, &tokens, b"", |_, _| true), 0);
     assert_eq!(
         stats.snapshot().kv_disk.bad_blocks,
         1,
@@ -183,11 +174,11 @@ fn the_budget_keeps_the_most_recently_used_blocks() {
     let (mut m, _) = manager(dir.path(), 3 * FILE, 1);
     let mut sb = m.new_seq(64);
     assert_eq!(
-        m.promote_from_disk(&mut sb, &b, b"", true, |_, _| true),
+        m.promote_from_disk(&mut sb, &b, b"", |_, _| true),
         2 * BLOCK
     );
     let mut sa = m.new_seq(64);
-    assert_eq!(m.promote_from_disk(&mut sa, &a, b"", true, |_, _| true), 0);
+    assert_eq!(m.promote_from_disk(&mut sa, &a, b"", |_, _| true), 0);
     // Leftovers of a crash mid-write are removed at start.
     let tier_dir = std::fs::read_dir(dir.path())
         .expect("root")
@@ -222,7 +213,7 @@ fn promotion_never_evicts_the_prefix_already_in_ram() {
     drop(filler); // released after: the prompt's blocks are next to be taken
     let mut seq = m.new_seq(64);
     assert_eq!(
-        m.promote_from_disk(&mut seq, &tokens, b"", true, |_, _| true),
+        m.promote_from_disk(&mut seq, &tokens, b"", |_, _| true),
         2 * BLOCK
     );
     assert_eq!(
@@ -230,50 +221,4 @@ fn promotion_never_evicts_the_prefix_already_in_ram() {
         4 * BLOCK,
         "the whole chain"
     );
-}
-
-/// While sequences run, a waiting prompt's blocks are read off the engine thread: the
-/// sequence is pending until the engine copies them in, the blocks it asked for are
-/// kept out of later reads meanwhile, and a sequence dropped while pending (cancelled)
-/// gives them back.
-#[test]
-fn a_read_behind_the_step_imports_what_a_read_at_once_does() {
-    let dir = tempfile::tempdir().expect("dir");
-    let tokens: Vec<u32> = (0..13).collect(); // three full blocks
-    let want = {
-        let (mut m, stats) = manager(dir.path(), 1 << 20, 1);
-        let want = compute_and_write(&mut m, &tokens);
-        wait_for(&stats, 3 * FILE);
-        want
-    };
-    let (mut m, stats) = manager(dir.path(), 1 << 20, 1);
-    let mut seq = m.new_seq(64);
-    let n = m.promote_from_disk(&mut seq, &tokens, b"", false, |_, _| {
-        panic!("nothing is imported while the read is pending")
-    });
-    assert_eq!(n, 0);
-    assert!(seq.disk_pending() && m.disk_reads_pending());
-    assert_eq!(m.attach_cached_prefix(&mut seq, &tokens, b""), 0);
-    seq.clear();
-
-    // A second prompt over the same blocks: 16 free, 3 asked for, so it may read 3.
-    let mut cancelled = m.new_seq(64);
-    m.promote_from_disk(&mut cancelled, &tokens, b"", false, |_, _| true);
-    assert!(cancelled.disk_pending());
-    drop(cancelled);
-
-    let mut imported = Vec::new();
-    let n = m.finish_disk_read(&mut seq, &tokens, b"", |_, bytes| {
-        imported.push(bytes.to_vec());
-        true
-    });
-    assert_eq!(n, 3 * BLOCK);
-    assert_eq!(imported, want[..3]);
-    assert!(
-        !seq.disk_pending() && !m.disk_reads_pending(),
-        "all given back"
-    );
-    assert_eq!(m.attach_cached_prefix(&mut seq, &tokens, b""), 3 * BLOCK);
-    let s = stats.snapshot().kv_disk;
-    assert_eq!(s.hit_tokens, 12);
 }

@@ -303,11 +303,6 @@ impl<B: Backend> EngineCore<B> {
         self.promote_from_disk();
         self.scheduler.schedule(&mut self.sched_out);
         if self.sched_out.scheduled.is_empty() {
-            if self.scheduler.kv.disk_reads_pending() {
-                // No step to overlap the reads with: take them in now, admit next step.
-                self.finish_disk_reads();
-                return true;
-            }
             return false;
         }
         let now = Instant::now();
@@ -432,7 +427,6 @@ impl<B: Backend> EngineCore<B> {
         }
         let kv_cache = &self.kv_cache;
         kv.write_to_disk(|b, out| B::export_kv_block(kv_cache, b as usize, out));
-        self.finish_disk_reads();
         self.stats.sampled(n_sampled);
         self.stats.step_parts(
             forward_profile.matmul,
@@ -455,32 +449,12 @@ impl<B: Backend> EngineCore<B> {
 
     /// Brings the disk tier's blocks of the next waiting prompts into RAM, so the
     /// scheduler admits them with those blocks cached (each sequence is looked up once).
-    /// While sequences run, the files are read during the step and the blocks copied in
-    /// after it ([`Self::finish_disk_reads`]); with none running, at once.
     fn promote_from_disk(&mut self) {
         let n = self.scheduler.config.max_num_seqs;
-        let wait = self.scheduler.num_running() == 0;
         let kv_cache = &mut self.kv_cache;
         let (kv, waiting) = self.scheduler.kv_and_next_waiting(n);
         for seq in waiting.filter(|s| !s.wants_prompt_logprobs()) {
-            let (blocks, tokens, key) = (&mut seq.blocks, &seq.tokens, &seq.cache_key);
-            kv.promote_from_disk(blocks, tokens, key, wait, |b, bytes| {
-                B::import_kv_block(kv_cache, b as usize, bytes)
-            });
-        }
-    }
-
-    /// Copies the blocks the disk tier's reader brought during the step into the KV
-    /// cache; the sequences they belong to are admitted from the next step.
-    fn finish_disk_reads(&mut self) {
-        if !self.scheduler.kv.disk_reads_pending() {
-            return;
-        }
-        let kv_cache = &mut self.kv_cache;
-        let (kv, waiting) = self.scheduler.kv_and_next_waiting(usize::MAX);
-        for seq in waiting.filter(|s| s.blocks.disk_pending()) {
-            let (blocks, tokens, key) = (&mut seq.blocks, &seq.tokens, &seq.cache_key);
-            kv.finish_disk_read(blocks, tokens, key, |b, bytes| {
+            kv.promote_from_disk(&mut seq.blocks, &seq.tokens, &seq.cache_key, |b, bytes| {
                 B::import_kv_block(kv_cache, b as usize, bytes)
             });
         }

@@ -21,17 +21,16 @@
 //! after a crash a block file is whole or absent; a start removes leftover temporaries.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
-use super::disk_file;
+use super::disk_file::{self, HEADER_LEN};
 use super::disk_index::DiskIndex;
 use super::disk_others;
-use super::disk_read::{spawn_reader, BlockReader, Job, PendingRead};
 use super::prefix_hash::BlockHash;
 use crate::stats::EngineStats;
 
@@ -66,9 +65,8 @@ pub fn fingerprint(model_digest: &[u8; 32], layout: &str) -> [u8; 32] {
 
 pub struct DiskTier {
     dir: PathBuf,
+    fingerprint: [u8; 32],
     index: Arc<Mutex<DiskIndex>>,
-    reader: BlockReader,
-    reads: SyncSender<Job>,
     writes: Option<SyncSender<(BlockHash, Vec<u8>)>>,
     writer: Option<JoinHandle<()>>,
     spare: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -117,18 +115,10 @@ impl DiskTier {
                 .name("kiln-kv-disk".into())
                 .spawn(move || writer.run(rx))?
         };
-        let reader = BlockReader {
-            dir: dir.clone(),
-            fingerprint: cfg.fingerprint,
-            index: index.clone(),
-            stats: stats.clone(),
-        };
-        let reads = spawn_reader(reader.clone())?;
         Ok(Self {
             dir,
+            fingerprint: cfg.fingerprint,
             index,
-            reader,
-            reads,
             writes: Some(tx),
             writer: Some(writer),
             spare,
@@ -148,16 +138,28 @@ impl DiskTier {
         self.index().contains(h)
     }
 
-    /// Reads `h`'s block into `out` (replacing its contents) on this thread; false if
-    /// the tier does not have it. A file that fails its checks is deleted and counted.
+    /// Reads `h`'s block into `out` (replacing its contents); false if the tier does not
+    /// have it. A file that fails its checks is deleted and counted.
     pub fn read(&self, h: &BlockHash, out: &mut Vec<u8>) -> bool {
-        self.reader.read(h, out)
-    }
-
-    /// Starts reading `hashes` on the reader thread (see [`super::disk_read`]); `None`
-    /// if its queue is full.
-    pub fn start_read(&self, hashes: Vec<BlockHash>) -> Option<PendingRead> {
-        PendingRead::start(&self.reads, hashes)
+        out.clear();
+        let path = block_path(&self.dir, h);
+        let read = File::open(&path).and_then(|mut f| f.read_to_end(out));
+        if read.is_err() {
+            // Evicted or removed since the lookup.
+            self.index().remove(h);
+            return false;
+        }
+        if let Err(why) = disk_file::payload(out, &self.fingerprint, h) {
+            tracing::warn!(file = %path.display(), %why, "KV disk tier: ignoring and deleting a bad block file");
+            self.index().remove(h);
+            let _ = fs::remove_file(&path);
+            self.stats.kv_disk_bad_block();
+            return false;
+        }
+        out.drain(..HEADER_LEN);
+        self.index().touch(h);
+        self.stats.kv_disk_read(out.len() as u64);
+        true
     }
 
     /// An empty buffer to export a block into (a written block's, when one is spare).
@@ -258,7 +260,7 @@ impl Writer {
     }
 }
 
-pub(super) fn block_path(dir: &Path, h: &BlockHash) -> PathBuf {
+fn block_path(dir: &Path, h: &BlockHash) -> PathBuf {
     dir.join(format!("{}.{EXT}", hex(h)))
 }
 

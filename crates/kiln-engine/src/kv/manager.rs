@@ -4,14 +4,21 @@
 //! preemption, a panic unwinding the engine) returns every block to the pool, so no path
 //! can leak one. The engine thread is the only user, hence `Rc<RefCell<_>>`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::block_pool::BlockPool;
 use super::disk::DiskTier;
-use super::disk_read::PendingRead;
 use super::prefix_hash::{hash_blocks, BlockHash};
-use crate::stats::PrefixCacheStats;
+
+/// Prefix-cache counters in tokens, as vLLM reports them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Prompt tokens looked up.
+    pub queries: u64,
+    /// Prompt tokens found cached.
+    pub hits: u64,
+}
 
 /// The blocks of one sequence, released to the pool on drop.
 pub struct SeqBlocks {
@@ -25,10 +32,6 @@ pub struct SeqBlocks {
     disk: bool,
     /// Whether the disk tier was already asked for its prompt's blocks.
     disk_checked: bool,
-    /// Its prompt's blocks being read from the disk tier; it waits until they are in.
-    disk_read: Option<PendingRead>,
-    /// The manager's count of blocks pending reads ask for (see `KvManager`).
-    disk_reserved: Rc<Cell<usize>>,
 }
 
 impl SeqBlocks {
@@ -42,19 +45,6 @@ impl SeqBlocks {
         self.disk = false;
     }
 
-    /// Whether its prompt's blocks are being read from the disk tier: it is not admitted
-    /// until they are in (see [`KvManager::finish_disk_read`]).
-    pub fn disk_pending(&self) -> bool {
-        self.disk_read.is_some()
-    }
-
-    fn take_disk_read(&mut self) -> Option<PendingRead> {
-        let read = self.disk_read.take()?;
-        self.disk_reserved
-            .set(self.disk_reserved.get() - read.blocks);
-        Some(read)
-    }
-
     /// Returns every block (keeps the buffers for reuse).
     pub fn clear(&mut self) {
         self.pool.borrow_mut().release(&self.ids);
@@ -66,7 +56,6 @@ impl SeqBlocks {
 
 impl Drop for SeqBlocks {
     fn drop(&mut self) {
-        self.take_disk_read();
         self.clear();
     }
 }
@@ -79,11 +68,9 @@ pub struct KvManager {
     disk: Option<DiskTier>,
     /// Blocks hashed since the last [`write_to_disk`](Self::write_to_disk).
     to_disk: Vec<(u32, BlockHash)>,
-    /// Reused by the disk tier's hash chains.
+    /// Reused by disk reads and hash chains.
+    disk_buf: Vec<u8>,
     disk_hashes: Vec<BlockHash>,
-    /// Blocks that pending disk reads will need: a read starts only for blocks free
-    /// beyond these, which bounds the bytes in flight by the KV cache's size.
-    disk_reserved: Rc<Cell<usize>>,
 }
 
 impl KvManager {
@@ -95,8 +82,8 @@ impl KvManager {
             stats: PrefixCacheStats::default(),
             disk: None,
             to_disk: Vec::new(),
+            disk_buf: Vec::new(),
             disk_hashes: Vec::new(),
-            disk_reserved: Rc::new(Cell::new(0)),
         }
     }
 
@@ -141,120 +128,35 @@ impl KvManager {
             num_cached: 0,
             disk: true,
             disk_checked: false,
-            disk_read: None,
-            disk_reserved: self.disk_reserved.clone(),
         }
     }
 
-    /// Starts reading from the disk tier the blocks of `tokens`' prefix that follow
-    /// those cached in RAM (see [`super::disk_read`]; `seq.disk_pending()` then). With
-    /// `wait`, or if the reader is busy, reads and imports them at once (see
-    /// [`Self::finish_disk_read`]). Runs once per sequence, while it waits; returns the
-    /// tokens imported now.
+    /// Reads from the disk tier the blocks of `tokens`' prefix that follow those cached
+    /// in RAM, into free blocks that `import` fills (false: it could not), and caches
+    /// them as if computed; `seq`, still waiting, then finds them at admission. Runs once
+    /// per sequence, before it is scheduled, while the engine owns the KV store; returns
+    /// the tokens brought in.
     pub fn promote_from_disk(
         &mut self,
         seq: &mut SeqBlocks,
         tokens: &[u32],
         extra: &[u8],
-        wait: bool,
-        import: impl FnMut(u32, &[u8]) -> bool,
+        mut import: impl FnMut(u32, &[u8]) -> bool,
     ) -> usize {
-        if self.disk.is_none()
-            || !seq.disk
-            || seq.disk_checked
-            || !seq.ids.is_empty()
-            || tokens.len() < 2
-        {
+        let Some(disk) = &self.disk else {
+            return 0;
+        };
+        if !seq.disk || seq.disk_checked || !seq.ids.is_empty() || tokens.len() < 2 {
             return 0;
         }
         seq.disk_checked = true;
-        self.hash_prompt(tokens, extra);
-        let Some(disk) = &self.disk else {
-            return 0;
-        };
-        let pool = self.pool.borrow();
-        let in_ram = self
-            .disk_hashes
-            .iter()
-            .take_while(|h| pool.lookup(h).is_some())
-            .count();
-        let room = pool.num_free().saturating_sub(self.disk_reserved.get());
-        drop(pool);
-        let wanted = &self.disk_hashes[in_ram..];
-        let on_disk = wanted.iter().take_while(|h| disk.contains(h)).count();
-        let n = on_disk.min(room);
-        if n == 0 {
-            disk.stats()
-                .kv_disk_lookup(0, wanted.len() * self.block_size);
-            return 0;
-        }
-        let hashes = wanted[..n].to_vec();
-        let read = if wait {
-            None
-        } else {
-            disk.start_read(hashes.clone())
-        };
-        match read {
-            Some(read) => {
-                self.disk_reserved
-                    .set(self.disk_reserved.get() + read.blocks);
-                seq.disk_read = Some(read);
-                0
-            }
-            None => {
-                let blocks: Vec<_> = hashes
-                    .into_iter()
-                    .map_while(|h| {
-                        let mut bytes = Vec::new();
-                        disk.read(&h, &mut bytes).then_some((h, bytes))
-                    })
-                    .collect();
-                self.import_blocks(tokens, extra, blocks, import)
-            }
-        }
-    }
-
-    /// Imports the blocks `seq`'s pending disk read brought, waiting for the read if it
-    /// is still going (nothing if none is pending); returns the tokens imported.
-    pub fn finish_disk_read(
-        &mut self,
-        seq: &mut SeqBlocks,
-        tokens: &[u32],
-        extra: &[u8],
-        import: impl FnMut(u32, &[u8]) -> bool,
-    ) -> usize {
-        match seq.take_disk_read() {
-            Some(read) => self.import_blocks(tokens, extra, read.wait(), import),
-            None => 0,
-        }
-    }
-
-    /// Whether any sequence has a disk read pending.
-    pub fn disk_reads_pending(&self) -> bool {
-        self.disk_reserved.get() > 0
-    }
-
-    fn hash_prompt(&mut self, tokens: &[u32], extra: &[u8]) {
         self.disk_hashes.clear();
-        let usable = &tokens[..tokens.len() - 1];
-        hash_blocks(usable, self.block_size, extra, &mut self.disk_hashes);
-    }
-
-    /// Caches `read` (blocks of `tokens`' prefix, in order, with their hashes) as if
-    /// computed, into free blocks that `import` fills (false: it could not), after the
-    /// part of the prefix cached in RAM now; the sequence, still waiting, then finds
-    /// them at admission. Returns the tokens imported.
-    fn import_blocks(
-        &mut self,
-        tokens: &[u32],
-        extra: &[u8],
-        read: Vec<(BlockHash, Vec<u8>)>,
-        mut import: impl FnMut(u32, &[u8]) -> bool,
-    ) -> usize {
-        self.hash_prompt(tokens, extra);
-        let Some(disk) = &self.disk else {
-            return 0;
-        };
+        hash_blocks(
+            &tokens[..tokens.len() - 1],
+            self.block_size,
+            extra,
+            &mut self.disk_hashes,
+        );
         let mut pool = self.pool.borrow_mut();
         // The prefix already in RAM is held while blocks are taken for the rest, so
         // taking them cannot evict it (which would cut the chain admission follows).
@@ -267,20 +169,13 @@ impl KvManager {
             pool.touch(b);
         }
         let wanted = &self.disk_hashes[in_ram.len()..];
-        // Blocks read that RAM has meanwhile computed are skipped; the rest must follow.
-        let fresh: Vec<&(BlockHash, Vec<u8>)> = read
-            .iter()
-            .skip_while(|(h, _)| wanted.first().is_none_or(|w| w != h))
-            .zip(wanted)
-            .take_while(|((h, _), w)| h == *w)
-            .map(|(r, _)| r)
-            .collect();
-        let n = fresh.len().min(pool.num_free());
+        let on_disk = wanted.iter().take_while(|h| disk.contains(h)).count();
         let mut blocks = Vec::new();
+        let n = on_disk.min(pool.num_free());
         let mut brought = 0;
         if n > 0 && pool.allocate(n, &mut blocks) {
-            for (&b, (h, bytes)) in blocks.iter().zip(&fresh) {
-                if !import(b, bytes) {
+            for (&b, h) in blocks.iter().zip(wanted) {
+                if !disk.read(h, &mut self.disk_buf) || !import(b, &self.disk_buf) {
                     break;
                 }
                 pool.cache(b, *h);

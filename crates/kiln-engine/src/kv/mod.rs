@@ -6,11 +6,9 @@ pub mod disk;
 mod disk_file;
 mod disk_index;
 mod disk_others;
-mod disk_read;
 pub mod manager;
 pub mod prefix_hash;
 
-pub use crate::stats::PrefixCacheStats;
 pub use disk::{DiskTier, DiskTierConfig};
-pub use manager::{KvManager, SeqBlocks};
+pub use manager::{KvManager, PrefixCacheStats, SeqBlocks};
 pub use prefix_hash::{hash_block, BlockHash, ROOT};

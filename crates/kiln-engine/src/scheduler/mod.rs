@@ -207,10 +207,6 @@ impl Scheduler {
             if level.is_some_and(|l| head.priority > l) {
                 break;
             }
-            if head.blocks.disk_pending() {
-                // Its prefix is being read from disk; it is in after this step.
-                break;
-            }
             if self.leader_pending(head) {
                 // A sibling's prompt is still being computed; admitting now would
                 // recompute it instead of sharing its blocks. Keep FCFS: wait a step.
