@@ -15,6 +15,7 @@ pub mod gguf;
 mod gguf_header;
 mod metadata;
 mod reader;
+mod replace;
 pub mod safetensors;
 mod safetensors_header;
 mod st_dtype;
@@ -23,6 +24,7 @@ pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, TensorInfo};
 pub use metadata::{MetaArray, MetaValue};
+pub use replace::write_atomically;
 pub use safetensors::{SafetensorsFile, StView};
 pub use st_dtype::StDtype;
 

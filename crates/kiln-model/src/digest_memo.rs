@@ -15,7 +15,7 @@
 //!   written only if both agree.
 //!
 //! A memo is a small file under the pack cache (`digests/`), named by the file's device
-//! and inode, written under a temporary name and renamed into place; its own BLAKE3
+//! and inode, replaced whole (`kiln_formats::write_atomically`); its own BLAKE3
 //! makes a torn or damaged one a miss, never a wrong answer.
 
 use std::fs;
@@ -111,11 +111,7 @@ impl DigestMemo {
         bytes.extend_from_slice(digest);
         let sum = *blake3::hash(&bytes).as_bytes();
         bytes.extend_from_slice(&sum);
-        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        fs::write(&tmp, &bytes)?;
-        fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = fs::remove_file(&tmp);
-        })
+        kiln_formats::write_atomically(path, &bytes)
     }
 }
 
@@ -129,8 +125,8 @@ fn read(path: &Path, id: &Identity) -> Option<[u8; 32]> {
     }
     let (body, sum) = bytes.split_at(body_len);
     if blake3::hash(body).as_bytes()[..] != *sum
-        || &body[..8] != MAGIC
-        || body[8..8 + id_bytes.len()] != id_bytes[..]
+        || body[..MAGIC.len()] != MAGIC[..]
+        || body[MAGIC.len()..MAGIC.len() + id_bytes.len()] != id_bytes[..]
     {
         return None;
     }

@@ -10,7 +10,6 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
@@ -198,24 +197,6 @@ fn check_source(path: &Path, known: &KnownFile) -> Result<()> {
     }
 }
 
-/// Writes `data` beside `path` under a name unique to this call, then renames it over
-/// `path`: readers never see a partial file, and concurrent conversions (which write
-/// identical bytes) cannot interleave.
 fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(
-        ".partial-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, data).map_err(Error::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
+    kiln_formats::write_atomically(path, data).map_err(Error::io(path))
 }
