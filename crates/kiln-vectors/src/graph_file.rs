@@ -11,10 +11,10 @@
 //! SQLite's log can replay from; otherwise it is ignored, logged, and the graph
 //! rebuilt from SQLite.
 //!
-//! Read by mapping, not copying: a start verifies the mapped file on every core and
-//! serves queries from a view of it at once (`graph::Usearch::view`); a 1M × 384
-//! graph is 1.7 GB, which a read, a one-thread hash and usearch's copy took seconds
-//! over. The graph starts at [`PAYLOAD_AT`], a cache-line boundary, so the view's
+//! Read by mapping, not copying: a start verifies the mapped file on every core (while
+//! another thread replays the log after it) and serves queries from a view of it at
+//! once (`graph::Usearch::view`); a 1M × 384 graph is 1.7 GB, which a read, a
+//! one-thread hash and usearch's copy took seconds over. The graph starts at [`PAYLOAD_AT`], a cache-line boundary, so the view's
 //! vectors and neighbour lists keep their natural alignment. A file is never
 //! rewritten in place (a checkpoint renames a new one over it), so a mapping stays
 //! valid for as long as it is held.
@@ -146,8 +146,32 @@ pub(crate) fn write(dir: &Path, header: &Header, payload: &[u8]) -> std::io::Res
     File::open(&graphs)?.sync_all()
 }
 
-/// Maps and verifies the graph file of `index_id`: its header and the graph bytes.
-pub(crate) fn read(dir: &Path, index_id: i64) -> Result<(Header, Arc<Mapped>), FileError> {
+/// A mapped graph file whose header passed [`open`]'s checks but whose checksum is not
+/// verified yet: nothing may read its graph before [`Unverified::verify`] (a corrupt
+/// graph read through a view could send usearch out of bounds). Split from `open` so a
+/// start can replay the log from the header's sequence while the hash runs.
+pub(crate) struct Unverified {
+    map: Mmap,
+    path: PathBuf,
+}
+
+impl Unverified {
+    /// Checks the BLAKE3 of the header and the graph (on every core).
+    pub(crate) fn verify(self) -> Result<Arc<Mapped>, FileError> {
+        let map = self.map;
+        if checksum(&map[..HEADER], &map[PAYLOAD_AT..]) != map[HEADER..HEADER + SUM] {
+            return Err(FileError::Corrupt {
+                path: self.path,
+                why: "checksum mismatch".into(),
+            });
+        }
+        Ok(Arc::new(Mapped { map }))
+    }
+}
+
+/// Maps the graph file of `index_id` and checks its header: length, magic and version,
+/// the zeros before the graph, and the index it names.
+pub(crate) fn open(dir: &Path, index_id: i64) -> Result<(Header, Unverified), FileError> {
     let path = path(dir, index_id);
     let io = |source: std::io::Error| FileError::Io {
         path: path.clone(),
@@ -176,9 +200,6 @@ pub(crate) fn read(dir: &Path, index_id: i64) -> Result<(Header, Arc<Mapped>), F
             "its length does not match its header (torn write?)",
         ));
     }
-    if checksum(&head, &map[PAYLOAD_AT..]) != map[HEADER..HEADER + SUM] {
-        return Err(corrupt("checksum mismatch"));
-    }
     // The checksum does not cover the zeros before the graph; a flipped bit there is
     // damage all the same, and a file with any is not one this code wrote.
     if map[HEADER + SUM..PAYLOAD_AT].iter().any(|&b| b != 0) {
@@ -187,7 +208,7 @@ pub(crate) fn read(dir: &Path, index_id: i64) -> Result<(Header, Arc<Mapped>), F
     if header.index_id != index_id {
         return Err(corrupt("it names another index"));
     }
-    Ok((header, Arc::new(Mapped { map })))
+    Ok((header, Unverified { map, path }))
 }
 
 /// Removes the graph file of `index_id`, if any.
@@ -226,6 +247,11 @@ mod tests {
             seq: 42,
             vectors: 2,
         }
+    }
+
+    fn read(dir: &Path, index_id: i64) -> Result<(Header, Arc<Mapped>), FileError> {
+        let (h, unverified) = open(dir, index_id)?;
+        Ok((h, unverified.verify()?))
     }
 
     #[test]

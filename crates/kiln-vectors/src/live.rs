@@ -266,8 +266,11 @@ impl LiveIndex {
                 graph
             }
         };
-        // The worker thaws a view and inserts a tail.
-        let work = !graph.tail.is_empty() || graph.ann.frozen();
+        // The worker thaws a view and inserts a tail, but only once there is something
+        // to write: a view with nothing pending stays a view (its pages shared with the
+        // page cache, no 1.7 GB copy per 1M × 384 index, and no copy competing with
+        // the first queries); the first write wakes the worker.
+        let work = !graph.tail.is_empty() || !graph.masked.is_empty();
         *self.graph.write().unwrap_or_else(|e| e.into_inner()) = Some(graph);
         if work {
             store.wake_drain(shape.index_id);
@@ -423,14 +426,15 @@ impl LiveIndex {
         Ok(())
     }
 
-    /// Replaces a frozen view by a writable copy without its masked keys. The caller
-    /// holds the writer lock, so no write lands between the copy and the swap; queries
-    /// go on reading the view while it is copied.
+    /// Replaces a frozen view with writes pending by a writable copy without its masked
+    /// keys. The caller holds the writer lock, so no write lands between the copy and
+    /// the swap; queries go on reading the view while it is copied.
     fn thaw(&self, _writer: &MutexGuard<'_, ()>) -> Result<()> {
         let started = Instant::now();
         let copy = {
             let g = self.graph.read().unwrap_or_else(|e| e.into_inner());
-            let Some(graph) = g.as_ref().filter(|g| g.ann.frozen()) else {
+            let pending = |g: &&Graph| !g.tail.is_empty() || !g.masked.is_empty();
+            let Some(graph) = g.as_ref().filter(|g| g.ann.frozen()).filter(pending) else {
                 return Ok(());
             };
             let copy = graph.ann.thaw()?;

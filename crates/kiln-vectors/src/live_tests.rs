@@ -91,10 +91,10 @@ fn store_with(dir: &Path, params: GraphParams, vectors: &[Vec<f32>]) -> Store {
     }
 }
 
-/// A graph loaded from its file is a read-only view until the worker thaws it. Writes
-/// landing meanwhile are masked (a removal, an update's old vector) or held in the
-/// tail (an addition, an update's new vector); no search returns a masked key; the
-/// thaw leaves a writable graph of exactly the stored vectors.
+/// A graph loaded from its file is a read-only view until a write makes the worker thaw
+/// it. Writes landing meanwhile are masked (a removal, an update's old vector) or held
+/// in the tail (an addition, an update's new vector); no search returns a masked key;
+/// the thaw leaves a writable graph of exactly the stored vectors.
 #[test]
 fn a_view_takes_writes_until_it_is_thawed() {
     let params = GraphParams {
@@ -119,6 +119,14 @@ fn a_view_takes_writes_until_it_is_thawed() {
     let live = LiveIndex::default();
     drop(live.read(&store, &shape).expect("loaded"));
     assert_eq!((live.stats().loads, live.stats().builds), (1, 0));
+    assert_eq!(live.drain(&store).expect("nothing to drain"), 0);
+    assert!(
+        live.read(&store, &shape)
+            .expect("read")
+            .as_ref()
+            .is_some_and(|g| g.ann.frozen()),
+        "a view with nothing written stays a view"
+    );
     let (moved, added) = (vector(), vector());
     live.apply(&store, &[5, 6], &[(6, &moved), (300, &added)]);
     {
