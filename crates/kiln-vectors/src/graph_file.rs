@@ -14,10 +14,10 @@
 //! Read by mapping, not copying: a start verifies the mapped file on every core (while
 //! another thread replays the log after it) and serves queries from a view of it at
 //! once (`graph::Usearch::view`); a 1M × 384 graph is 1.7 GB, which a read, a
-//! one-thread hash and usearch's copy took seconds over. The graph starts at [`PAYLOAD_AT`], a cache-line boundary, so the view's
-//! vectors and neighbour lists keep their natural alignment. A file is never
-//! rewritten in place (a checkpoint renames a new one over it), so a mapping stays
-//! valid for as long as it is held.
+//! one-thread hash and usearch's copy took seconds over. The graph starts at
+//! [`PAYLOAD_AT`], a cache-line boundary, so the view's vectors and neighbour lists
+//! keep their natural alignment. A file is never rewritten in place (a checkpoint
+//! renames a new one over it), so a mapping stays valid for as long as it is held.
 
 use std::fs::{self, File};
 use std::io::Write;
