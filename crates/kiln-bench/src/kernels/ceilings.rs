@@ -61,14 +61,16 @@ pub struct MemoryCeiling {
 /// Measures all three ceilings; `step` is called as each one starts.
 pub(crate) fn measure(plan: &CeilingPlan, step: &mut dyn FnMut(&str)) -> Ceilings {
     let threads = plan.threads.max(1);
+    // The ceilings of the kernel table being measured (`KILN_CPU` may pick a narrower one).
+    let table = kiln_kernels::KernelTable::best().isa();
     step("ceiling: int8 dot");
-    let i8_isa = Int8Isa::detect();
+    let i8_isa = Int8Isa::of(table);
     let int8_ops = best_rate(plan, |iters| {
         black_box(microkernels::int8_loop(i8_isa, iters));
         2 * iters * i8_isa.macs_per_iter()
     });
     step("ceiling: f32 fma");
-    let fma_isa = FmaIsa::detect();
+    let fma_isa = FmaIsa::of(table);
     let flops = best_rate(plan, |iters| {
         black_box(microkernels::fma_loop(fma_isa, iters));
         iters * fma_isa.flops_per_iter()

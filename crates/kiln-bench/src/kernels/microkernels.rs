@@ -9,6 +9,7 @@
 
 use std::hint::black_box;
 
+use kiln_kernels::Isa;
 use serde::{Deserialize, Serialize};
 
 /// The instructions an int8 ceiling was measured with.
@@ -37,20 +38,16 @@ pub enum FmaIsa {
 }
 
 impl Int8Isa {
-    /// The widest int8 dot-product instructions this CPU has.
-    pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-            {
-                return Self::Avx512Vnni;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Self::Avx2;
-            }
+    /// The int8 dot-product instructions of kernel table `isa`: the ceiling the kernels
+    /// being measured can reach (AVX2's `vpmaddubsw` under `KILN_CPU=avx2` on an
+    /// AVX-512 machine, not the VNNI it doesn't use). The table's ISA is supported, so
+    /// its instructions are.
+    pub fn of(isa: Isa) -> Self {
+        match isa {
+            Isa::Avx512 => Self::Avx512Vnni,
+            Isa::Avx2 => Self::Avx2,
+            Isa::Scalar => Self::Scalar,
         }
-        Self::Scalar
     }
 
     /// What the report calls the instruction.
@@ -73,20 +70,13 @@ impl Int8Isa {
 }
 
 impl FmaIsa {
-    /// The widest FMA instructions this CPU has.
-    pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Self::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Self::Avx2;
-            }
+    /// The FMA instructions of kernel table `isa` (see [`Int8Isa::of`]).
+    pub fn of(isa: Isa) -> Self {
+        match isa {
+            Isa::Avx512 => Self::Avx512,
+            Isa::Avx2 => Self::Avx2,
+            Isa::Scalar => Self::Scalar,
         }
-        Self::Scalar
     }
 
     pub fn instruction(self) -> &'static str {
@@ -108,29 +98,29 @@ impl FmaIsa {
 }
 
 /// Runs `iters` iterations of the int8 loop for `isa`; returns a checksum that keeps the
-/// work observable. `isa` must come from [`Int8Isa::detect`] (or be `Scalar`).
+/// work observable. `isa` must be [`Int8Isa::of`] a supported kernel table (or `Scalar`).
 pub fn int8_loop(isa: Int8Isa, iters: u64) -> i64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Int8Isa::detect` returns `Avx512Vnni` only when the CPU has AVX-512 F
+        // SAFETY: `Int8Isa::of` gives `Avx512Vnni` only for the AVX-512 table, which needs AVX-512 F
         // and VNNI, the features `vnni_loop` enables.
         Int8Isa::Avx512Vnni => unsafe { x86::vnni_loop(iters) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Int8Isa::detect` returns `Avx2` only when the CPU has AVX2.
+        // SAFETY: `Int8Isa::of` gives `Avx2` only for the AVX2 table, which needs AVX2.
         Int8Isa::Avx2 => unsafe { x86::maddubs_loop(iters) },
         _ => scalar_int8_loop(iters),
     }
 }
 
 /// Runs `iters` iterations of the FMA loop for `isa`; returns a checksum. `isa` must
-/// come from [`FmaIsa::detect`] (or be `Scalar`).
+/// be [`FmaIsa::of`] a supported kernel table (or `Scalar`).
 pub fn fma_loop(isa: FmaIsa, iters: u64) -> f64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `FmaIsa::detect` returns `Avx512` only when the CPU has AVX-512 F.
+        // SAFETY: `FmaIsa::of` gives `Avx512` only for the AVX-512 table, which needs AVX-512 F.
         FmaIsa::Avx512 => unsafe { x86::fma512_loop(iters) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `FmaIsa::detect` returns `Avx2` only when the CPU has AVX2 and FMA.
+        // SAFETY: `FmaIsa::of` gives `Avx2` only for the AVX2 table, which needs AVX2 and FMA.
         FmaIsa::Avx2 => unsafe { x86::fma256_loop(iters) },
         _ => scalar_fma_loop(iters),
     }
@@ -333,9 +323,10 @@ mod tests {
     #[test]
     fn loops_run_on_every_detected_isa() {
         // Same iteration count, same work: the checksums depend on the inputs only.
-        let i8_isa = Int8Isa::detect();
+        let table = kiln_kernels::KernelTable::best().isa();
+        let i8_isa = Int8Isa::of(table);
         assert_eq!(int8_loop(i8_isa, 3), int8_loop(i8_isa, 3));
-        assert!(fma_loop(FmaIsa::detect(), 100).is_finite());
+        assert!(fma_loop(FmaIsa::of(table), 100).is_finite());
         assert!(fma_loop(FmaIsa::Scalar, 100).is_finite());
         assert_ne!(int8_loop(Int8Isa::Scalar, 1), int8_loop(Int8Isa::Scalar, 0));
         #[cfg(target_arch = "x86_64")]
