@@ -98,12 +98,13 @@ impl FmaIsa {
 }
 
 /// Runs `iters` iterations of the int8 loop for `isa`; returns a checksum that keeps the
-/// work observable. `isa` must be [`Int8Isa::of`] a supported kernel table (or `Scalar`).
+/// work observable. `isa` must be [`Int8Isa::of`] a supported kernel table's ISA (or
+/// `Scalar`).
 pub fn int8_loop(isa: Int8Isa, iters: u64) -> i64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Int8Isa::of` gives `Avx512Vnni` only for the AVX-512 table, which needs AVX-512 F
-        // and VNNI, the features `vnni_loop` enables.
+        // SAFETY: `Int8Isa::of` gives `Avx512Vnni` only for the AVX-512 table, which needs
+        // AVX-512 F and VNNI, the features `vnni_loop` enables.
         Int8Isa::Avx512Vnni => unsafe { x86::vnni_loop(iters) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Int8Isa::of` gives `Avx2` only for the AVX2 table, which needs AVX2.
@@ -113,14 +114,16 @@ pub fn int8_loop(isa: Int8Isa, iters: u64) -> i64 {
 }
 
 /// Runs `iters` iterations of the FMA loop for `isa`; returns a checksum. `isa` must
-/// be [`FmaIsa::of`] a supported kernel table (or `Scalar`).
+/// be [`FmaIsa::of`] a supported kernel table's ISA (or `Scalar`).
 pub fn fma_loop(isa: FmaIsa, iters: u64) -> f64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `FmaIsa::of` gives `Avx512` only for the AVX-512 table, which needs AVX-512 F.
+        // SAFETY: `FmaIsa::of` gives `Avx512` only for the AVX-512 table, which needs
+        // AVX-512 F.
         FmaIsa::Avx512 => unsafe { x86::fma512_loop(iters) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `FmaIsa::of` gives `Avx2` only for the AVX2 table, which needs AVX2 and FMA.
+        // SAFETY: `FmaIsa::of` gives `Avx2` only for the AVX2 table, which needs AVX2 and
+        // FMA.
         FmaIsa::Avx2 => unsafe { x86::fma256_loop(iters) },
         _ => scalar_fma_loop(iters),
     }

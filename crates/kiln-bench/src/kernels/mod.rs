@@ -2,8 +2,9 @@
 //! ceilings, measured in the same run.
 //!
 //! 1. Ceilings ([`ceilings`]), on every thread: the int8 dot-product rate (a register
-//!    loop of AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw`), the f32 FMA rate, and the
-//!    memory read bandwidth (a streaming sum over a buffer far larger than the caches).
+//!    loop of AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw`: the kernel table's own,
+//!    which `KILN_CPU` may narrow), the f32 FMA rate, and the memory read bandwidth
+//!    (a streaming sum over a buffer far larger than the caches).
 //! 2. `kiln_backend::matmul` ([`matmul`]) for each weight type of the catalogue's
 //!    models, packed where Kiln packs it, at SmolLM2's shapes and 1–128 tokens: median
 //!    time per call, GOPS and % of the int8 ceiling, and at batch 1 the weight bytes
