@@ -9,12 +9,16 @@ use half::f16;
 use super::{axpy_f16_rows, dot_f16_rows};
 use crate::KernelTable;
 
-/// Most heads one pass of the dot kernel keeps accumulators for (8 registers each).
+/// Most heads one pass of the dot kernel keeps accumulators for (8 registers each with
+/// AVX-512's 32 registers, 4 with AVX2's 16).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const DOT_HEADS: usize = 3;
 /// Most heads one pass of the value kernel keeps accumulators for (4 registers each).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const AXPY_HEADS: usize = 4;
+/// The same with AVX2's 16 registers (4 each, at 32 columns a pass).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const AXPY_HEADS_256: usize = 2;
 
 /// For each query head `h` of `qs` (`heads × hd`) and key row `j` of `keys`:
 /// `out[h·stride + j] = scale · dot_f16(keys[j], qs[h])`, bit-identical to
@@ -44,7 +48,9 @@ pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, 
     KernelTable::best().axpy_f16_rows_heads(w, stride, values, hd, ys);
 }
 
-/// The AVX2 table's [`dot_f16_rows_heads`]: the F16C [`dot_f16_rows`] per head.
+/// The AVX2 table's [`dot_f16_rows_heads`]: whole 4-row tiles for up to [`DOT_HEADS`]
+/// heads at once (when `hd` is a multiple of 8), the other rows, and a lone head's, by
+/// the F16C [`dot_f16_rows`] per head.
 ///
 /// # Safety
 /// Needs AVX and F16C: calling it from code that does not enable these features is
@@ -67,13 +73,29 @@ pub(crate) fn dot_f16_rows_heads_f16c(
         out.len(),
         stride,
     );
-    for (h, q) in qs.chunks_exact(hd).enumerate() {
-        let o = &mut out[h * stride..h * stride + rows];
-        super::x86::dot_f16_rows_f16c(keys, q, scale, o);
+    for (h0, n) in head_chunks(qs.len() / hd, DOT_HEADS) {
+        let qs = &qs[h0 * hd..(h0 + n) * hd];
+        let out = &mut out[h0 * stride..];
+        let mut done = 0;
+        if n > 1 && hd.is_multiple_of(8) {
+            // SAFETY: this function's features include AVX and F16C; the shapes were
+            // checked by `check_shape` and `qs` holds exactly `n` heads.
+            done = unsafe {
+                match n {
+                    2 => super::x86::dot_f16_rows_heads_256::<2>(keys, qs, hd, scale, out, stride),
+                    _ => super::x86::dot_f16_rows_heads_256::<3>(keys, qs, hd, scale, out, stride),
+                }
+            };
+        }
+        for (h, q) in qs.chunks_exact(hd).enumerate() {
+            let o = &mut out[h * stride + done..h * stride + rows];
+            super::x86::dot_f16_rows_f16c(&keys[done * hd..], q, scale, o);
+        }
     }
 }
 
-/// The AVX2 table's [`axpy_f16_rows_heads`]: the F16C [`axpy_f16_rows`] per head.
+/// The AVX2 table's [`axpy_f16_rows_heads`]: up to [`AXPY_HEADS_256`] heads at once, 8
+/// lanes wide, when `hd` is a multiple of 8, else the F16C [`axpy_f16_rows`] per head.
 ///
 /// # Safety
 /// Needs AVX and F16C: calling it from code that does not enable these features is
@@ -95,6 +117,21 @@ pub(crate) fn axpy_f16_rows_heads_f16c(
         w.len(),
         stride,
     );
+    if hd.is_multiple_of(8) {
+        for (h0, n) in head_chunks(ys.len() / hd, AXPY_HEADS_256) {
+            let ys = &mut ys[h0 * hd..(h0 + n) * hd];
+            let w = &w[h0 * stride..];
+            // SAFETY: this function's features include AVX and F16C; the shapes were
+            // checked by `check_shape` and `ys` holds exactly `n` heads.
+            unsafe {
+                match n {
+                    1 => super::x86::axpy_f16_rows_heads_256::<1>(w, stride, values, hd, ys),
+                    _ => super::x86::axpy_f16_rows_heads_256::<2>(w, stride, values, hd, ys),
+                }
+            }
+        }
+        return;
+    }
     for (h, y) in ys.chunks_exact_mut(hd).enumerate() {
         super::x86::axpy_f16_rows_f16c(&w[h * stride..h * stride + rows], values, y);
     }

@@ -45,16 +45,23 @@ pub(crate) fn dot_f16_rows_f16c(keys: &[f16], q: &[f32], scale: f32, out: &mut [
     unsafe { dot_f16_rows(keys, q, scale, out) }
 }
 
-/// The AVX2 table's [`axpy_f16_rows`](super::axpy_f16_rows).
+/// The AVX2 table's [`axpy_f16_rows`](super::axpy_f16_rows): `y` kept in registers
+/// across rows when the rows are whole 8-lane vectors, else one [`axpy_f16`] per row.
 ///
 /// # Safety
 /// Needs AVX and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
 #[target_feature(enable = "avx,f16c")]
 pub(crate) fn axpy_f16_rows_f16c(w: &[f32], values: &[f16], y: &mut [f32]) {
-    super::check_axpy_rows(w, values, y);
-    // SAFETY: this function's features (no length precondition).
-    unsafe { axpy_f16_rows(w, values, y) }
+    let hd = super::check_axpy_rows(w, values, y);
+    if hd.is_multiple_of(LANES) {
+        // SAFETY: this function's features; `y` is one head of `hd`, a multiple of 8;
+        // `values` holds `w.len()` whole rows (checked) and `w` one weight per row.
+        unsafe { axpy_f16_rows_heads_256::<1>(w, w.len(), &values[..w.len() * hd], hd, y) }
+    } else {
+        // SAFETY: this function's features (no length precondition).
+        unsafe { axpy_f16_rows(w, values, y) }
+    }
 }
 
 /// The AVX-512 table's [`axpy_f16_rows`](super::axpy_f16_rows): 16 lanes wide when the
@@ -249,6 +256,85 @@ pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32])
     }
 }
 
+/// [`axpy_f16_rows_heads`] on 256-bit vectors, the AVX2 table's form: head `h` adds
+/// `w[h·stride + j] · values[j]` to `ys[h·hd..(h + 1)·hd]`, rows in order. The heads'
+/// sums stay in registers across rows, 32 columns at a time (re-loading `y` per row
+/// chains each row behind the previous row's store, which made the per-row form twice
+/// the dot's time), and each value chunk is converted once for all `H` heads.
+/// Bit-identical to one [`axpy_f16`] per head and row.
+///
+/// # Safety
+/// AVX and F16C; `hd` a multiple of 8; `ys.len() == H·hd`; `values` whole rows; `w` holds
+/// `(H - 1)·stride + rows` elements.
+#[target_feature(enable = "avx,f16c")]
+pub(super) unsafe fn axpy_f16_rows_heads_256<const H: usize>(
+    w: &[f32],
+    stride: usize,
+    values: &[f16],
+    hd: usize,
+    ys: &mut [f32],
+) {
+    let mut c0 = 0;
+    while c0 < hd {
+        // SAFETY: columns c0.. within `hd` (a multiple of 8), forwarded contract.
+        unsafe {
+            c0 += match (hd - c0) / LANES {
+                1 => axpy_columns::<H, 1>(w, stride, values, hd, ys, c0),
+                2 => axpy_columns::<H, 2>(w, stride, values, hd, ys, c0),
+                3 => axpy_columns::<H, 3>(w, stride, values, hd, ys, c0),
+                _ => axpy_columns::<H, 4>(w, stride, values, hd, ys, c0),
+            };
+        }
+    }
+}
+
+/// Columns `c0..c0 + 8·W` of [`axpy_f16_rows_heads_256`]; returns `8·W`. `H·W`
+/// accumulators, `H` broadcast weights, a value chunk and a product take at most 14 of
+/// AVX2's 16 registers for `H ≤ 2`.
+///
+/// # Safety
+/// As [`axpy_f16_rows_heads_256`], and `c0 + 8·W ≤ hd`.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn axpy_columns<const H: usize, const W: usize>(
+    w: &[f32],
+    stride: usize,
+    values: &[f16],
+    hd: usize,
+    ys: &mut [f32],
+    c0: usize,
+) -> usize {
+    let rows = values.len() / hd;
+    // SAFETY (whole body): columns c0..c0 + 8·W lie within every row and every head's
+    // `ys`; `w` holds each head's `rows` weights (the caller's contract).
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); W]; H];
+        for (h, acc) in acc.iter_mut().enumerate() {
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(ys.as_ptr().add(h * hd + c0 + LANES * i));
+            }
+        }
+        for j in 0..rows {
+            let vp = values.as_ptr().add(j * hd + c0);
+            let a: [__m256; H] =
+                std::array::from_fn(|h| _mm256_set1_ps(*w.as_ptr().add(h * stride + j)));
+            for i in 0..W {
+                let v = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(LANES * i).cast()));
+                for (acc, a) in acc.iter_mut().zip(a) {
+                    // Unfused, like the scalar `+= a * v`.
+                    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(a, v));
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for (i, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(ys.as_mut_ptr().add(h * hd + c0 + LANES * i), *a);
+            }
+        }
+    }
+    LANES * W
+}
+
 /// [`round_f16_scalar`](super::round_f16_scalar) eight at a time; also the AVX2 and
 /// AVX-512 tables' entry.
 ///
@@ -291,6 +377,56 @@ pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
     for (o, v) in y[done..].iter_mut().zip(&v[done..]) {
         *o += alpha * v.to_f32();
     }
+}
+
+/// [`dot_f16_rows`] for `H` query heads against the same keys on AVX2's 16 registers,
+/// the AVX2 table's form: tiles of 4 rows, each key chunk converted once for all heads
+/// into `4·H` accumulators (the multiplies read the queries from memory). Each row's lanes
+/// are summed as `dot_f16_rows` sums them (its 8×8 transpose, of the tile's 4 rows
+/// twice), so results are bit-identical. Head `h`'s scores go to `out[h·stride + j]`.
+/// Handles whole 4-row tiles and returns how many rows it did.
+///
+/// # Safety
+/// AVX and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows; `out` holds
+/// `(H - 1)·stride + rows` elements.
+#[target_feature(enable = "avx,f16c")]
+pub(super) unsafe fn dot_f16_rows_heads_256<const H: usize>(
+    keys: &[f16],
+    qs: &[f32],
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+    stride: usize,
+) -> usize {
+    const TILE: usize = 4;
+    let rows = keys.len() / hd;
+    let zero = _mm256_set1_ps(std::iter::empty::<f32>().sum());
+    let s = _mm256_set1_ps(scale);
+    let mut j = 0;
+    while j + TILE <= rows {
+        // SAFETY: rows j..j + 4 are whole rows of `keys`, column chunks lie within `hd`,
+        // and `out` holds each head's j..j + 4 (the caller's contract).
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); TILE]; H];
+            let base = keys.as_ptr().add(j * hd);
+            for c in (0..hd).step_by(LANES) {
+                for r in 0..TILE {
+                    let kv = _mm256_cvtph_ps(_mm_loadu_si128(base.add(r * hd + c).cast()));
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        let q = _mm256_loadu_ps(qs.as_ptr().add(h * hd + c));
+                        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(q, kv));
+                    }
+                }
+            }
+            for (h, [a0, a1, a2, a3]) in acc.into_iter().enumerate() {
+                let sum = sum_lanes8([a0, a1, a2, a3, a0, a1, a2, a3], zero);
+                let scaled = _mm256_castps256_ps128(_mm256_mul_ps(s, sum));
+                _mm_storeu_ps(out.as_mut_ptr().add(h * stride + j), scaled);
+            }
+        }
+        j += TILE;
+    }
+    j
 }
 
 /// [`dot_f16_rows`] for `H` query heads (`qs`, `H × hd`) against the same keys: each key
