@@ -28,6 +28,8 @@ const MAX_TRACKED_ROWS: usize = 128;
 const PRIOR_ROW_COST: f64 = 0.05;
 /// Weight of the newest observation in the running averages.
 const STEP_ALPHA: f64 = 0.2;
+/// Observations after which a row count not seen again counts as unmeasured.
+const STALE_AFTER: u64 = 256;
 const ACCEPT_ALPHA: f32 = 0.15;
 /// Match-length groups with their own acceptance rates.
 pub const BUCKETS: usize = 3;
@@ -53,14 +55,25 @@ fn update(rate: &mut f32, alpha: f32, k: usize, m: usize) {
 }
 
 /// Average forward time of decode-only steps, by row count.
+///
+/// A row count's average is forgotten once [`STALE_AFTER`] observations have passed
+/// without it. The policy only measures the counts it picks, so one slow sample at a
+/// count (a stall in the first long draft) would otherwise price every count near it
+/// too high for good, and the policy would never pick it again to find out; forgotten,
+/// the count is estimated from its fresh neighbours and tried again.
 pub struct StepCosts {
     ns: Vec<f64>,
+    /// The observation number at which each count was last seen.
+    seen: Vec<u64>,
+    observations: u64,
 }
 
 impl Default for StepCosts {
     fn default() -> Self {
         Self {
             ns: vec![0.0; MAX_TRACKED_ROWS + 1],
+            seen: vec![0; MAX_TRACKED_ROWS + 1],
+            observations: 0,
         }
     }
 }
@@ -68,13 +81,23 @@ impl Default for StepCosts {
 impl StepCosts {
     /// Records a decode-only step of `rows` rows that took `ns` nanoseconds.
     pub fn observe(&mut self, rows: usize, ns: f64) {
-        if let Some(t) = self.ns.get_mut(rows).filter(|_| rows > 0) {
-            *t = if *t == 0.0 {
-                ns
-            } else {
-                *t + STEP_ALPHA * (ns - *t)
-            };
+        if rows == 0 || rows > MAX_TRACKED_ROWS {
+            return;
         }
+        let fresh = self.measured(rows);
+        self.observations += 1;
+        self.seen[rows] = self.observations;
+        let t = &mut self.ns[rows];
+        *t = if fresh {
+            *t + STEP_ALPHA * (ns - *t)
+        } else {
+            ns
+        };
+    }
+
+    /// Whether `rows` has an average that is not stale.
+    fn measured(&self, rows: usize) -> bool {
+        self.ns[rows] > 0.0 && self.observations - self.seen[rows] < STALE_AFTER
     }
 
     /// Expected time of a step of `rows` rows; None before any smaller step was seen.
@@ -90,7 +113,7 @@ impl StepCosts {
         if rows == 0 || rows > MAX_TRACKED_ROWS {
             return None;
         }
-        let measured = |r: usize| self.ns[r] > 0.0;
+        let measured = |r: usize| self.measured(r);
         let own = if measured(rows) {
             self.ns[rows]
         } else {
@@ -340,6 +363,36 @@ mod tests {
         }];
         allot(&c, 1, &cand, &mut lens);
         assert_eq!(lens, [3], "the stall doesn't stop the draft at one token");
+    }
+
+    #[test]
+    fn a_slow_sample_at_a_long_draft_is_forgotten_and_the_draft_tried_again() {
+        // The first 16-row step stalled; plain and 2-row steps go on being measured.
+        let mut c = StepCosts::default();
+        c.observe(1, 1000.0);
+        c.observe(16, 40_000.0);
+        let cand = [Candidate {
+            rate: 0.95,
+            max_len: 15,
+        }];
+        let mut lens = [0];
+        c.observe(2, 1100.0);
+        allot(&c, 1, &cand, &mut lens);
+        assert_eq!(
+            lens,
+            [1],
+            "while the stall is remembered, rows past 2 look dear"
+        );
+        for _ in 0..STALE_AFTER / 2 {
+            c.observe(1, 1000.0);
+            c.observe(2, 1100.0);
+        }
+        assert_eq!(c.estimate(16), Some(2500.0), "the fresh slope, 100 a row");
+        allot(&c, 1, &cand, &mut lens);
+        assert_eq!(lens, [15], "forgotten, the long draft is tried again");
+        // Re-measured after being forgotten, a count starts from its new sample.
+        c.observe(16, 2000.0);
+        assert_eq!(c.estimate(16), Some(2000.0));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! instruction (F16C). That exactness is deliberate: a fused or 16-lane dot in attention
 //! was measured to cost agreement with llama.cpp at decisive positions (Gemma 3: 523/528
 //! instead of 528/528), so only `axpy_f16_rows`, which has no reduction, goes 16 lanes
-//! wide (AVX-512, accumulators kept in registers across rows), still bit-exact. The
-//! forms for a whole GQA group against the same rows are in `heads.rs`.
+//! wide on AVX-512, still bit-exact; on both tables its sums stay in registers across
+//! rows. The forms for a whole GQA group against the same rows are in `heads.rs`.
 //!
 //! The public functions run [`KernelTable::best`]'s entries: `scalar` here, the F16C and
 //! AVX-512 ones in `x86.rs` and `heads.rs`.
