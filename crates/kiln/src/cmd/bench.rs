@@ -278,9 +278,12 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn compare(global: &GlobalArgs, args: CompareArgs) -> anyhow::Result<()> {
+    let log_dir = args.log_dir.clone().unwrap_or_else(std::env::temp_dir);
+    // Made before any work, so a bad path fails now, not after side A's run.
+    fs::create_dir_all(&log_dir)
+        .with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let workload = workload(global, &args.workload, &args.request.model)?;
     let levels = concurrencies(&args.concurrency);
-    let log_dir = args.log_dir.clone().unwrap_or_else(std::env::temp_dir);
     let side = |label: &str, url: &str, pid, cmd: &Option<String>| -> anyhow::Result<_> {
         let config = run_config(label, url, &args.request, workload.seed)?;
         let target = match cmd {
