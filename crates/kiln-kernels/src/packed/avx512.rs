@@ -195,34 +195,32 @@ unsafe fn dot<const N: usize>(w: &[__m512i], a: *const u8) -> __m512i {
     _mm512_add_epi32(lo, hi)
 }
 
-/// Σ_g `w[g]` · activation word `g` at `a(t)` for every token `t` (exact int32), issued
-/// vector by vector across the tokens: the `T` chains are independent from the first
-/// instruction, so the core need not look past a whole token's chain to find work.
+/// Σ over vectors `g < N` of `w[g]` · activation word `g` at `a(t)` for every token `t`
+/// (exact int32), issued vector by vector across the tokens: the `T` chains are
+/// independent from the first instruction, so the core need not look past a whole
+/// token's chain to find work.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL and AVX-512VNNI; `a(t)` must
-/// point to `4·w.len()` readable activation quants for every `t < T`.
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL and AVX-512VNNI; `w` must hold
+/// `N` vectors and `a(t)` point to `4·N` readable activation quants for every `t < T`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dots_by_token<const T: usize>(
+unsafe fn dots_by_token<const T: usize, const N: usize>(
     w: &[__m512i],
     a: impl Fn(usize) -> *const u8,
 ) -> [__m512i; T] {
     let mut sums = [_mm512_setzero_si512(); T];
     if T < 4 {
-        // Too few tokens to hide a chain as long as `w`: split each into two (decode).
+        // Too few tokens to hide one N-deep chain each (decode): `dot` splits each in two.
         for (t, sum) in sums.iter_mut().enumerate() {
-            // SAFETY: as below.
-            *sum = match w.len() {
-                8 => unsafe { dot::<8>(w, a(t)) },
-                _ => unsafe { dot::<4>(w, a(t)) },
-            };
+            // SAFETY: the caller passes 4·N activation quants at `a(t)`.
+            *sum = unsafe { dot::<N>(w, a(t)) };
         }
         return sums;
     }
-    for (g, wg) in w.iter().enumerate() {
+    for (g, wg) in w[..N].iter().enumerate() {
         for (t, sum) in sums.iter_mut().enumerate() {
-            // SAFETY: the caller passes 4·w.len() activation quants at `a(t)`.
+            // SAFETY: the caller passes 4·N activation quants at `a(t)`.
             *sum = _mm512_dpbusd_epi32(*sum, *wg, unsafe { word(a(t).add(4 * g)) });
         }
     }
@@ -344,14 +342,14 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
                     ));
                     let sc_lo = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pair));
                     let sc_hi = _mm512_srai_epi32::<16>(pair);
-                    let lo = dots_by_token::<T>(&w[..4], qs);
+                    let lo = dots_by_token::<T, 4>(&w[..4], qs);
                     scale_into(&mut iacc, lo, sc_lo);
-                    let hi = dots_by_token::<T>(&w[4..], |t| qs(t).add(16));
+                    let hi = dots_by_token::<T, 4>(&w[4..], |t| qs(t).add(16));
                     scale_into(&mut iacc, hi, sc_hi);
                 } else {
                     let sc =
                         _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(meta + PACK_ROWS * s).cast()));
-                    let sums = dots_by_token::<T>(&w, qs);
+                    let sums = dots_by_token::<T, 8>(&w, qs);
                     scale_into(&mut iacc, sums, sc);
                 }
             }
