@@ -53,10 +53,10 @@ pub fn axpy_f16_rows_heads(w: &[f32], stride: usize, values: &[f16], hd: usize, 
 /// the F16C [`dot_f16_rows`] per head.
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn dot_f16_rows_heads_f16c(
     keys: &[f16],
     qs: &[f32],
@@ -78,7 +78,7 @@ pub(crate) fn dot_f16_rows_heads_f16c(
         let out = &mut out[h0 * stride..];
         let mut done = 0;
         if n > 1 && hd.is_multiple_of(8) {
-            // SAFETY: this function's features include AVX and F16C; the shapes were
+            // SAFETY: this function's features include AVX, FMA and F16C; the shapes were
             // checked by `check_shape` and `qs` holds exactly `n` heads.
             done = unsafe {
                 match n {
@@ -98,10 +98,10 @@ pub(crate) fn dot_f16_rows_heads_f16c(
 /// lanes wide, when `hd` is a multiple of 8, else the F16C [`axpy_f16_rows`] per head.
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn axpy_f16_rows_heads_f16c(
     w: &[f32],
     stride: usize,
@@ -121,7 +121,7 @@ pub(crate) fn axpy_f16_rows_heads_f16c(
         for (h0, n) in head_chunks(ys.len() / hd, AXPY_HEADS_256) {
             let ys = &mut ys[h0 * hd..(h0 + n) * hd];
             let w = &w[h0 * stride..];
-            // SAFETY: this function's features include AVX and F16C; the shapes were
+            // SAFETY: this function's features include AVX, FMA and F16C; the shapes were
             // checked by `check_shape` and `ys` holds exactly `n` heads.
             unsafe {
                 match n {
@@ -142,10 +142,10 @@ pub(crate) fn axpy_f16_rows_heads_f16c(
 /// F16C [`dot_f16_rows`] per head.
 ///
 /// # Safety
-/// Needs AVX-512F, AVX-512VL, AVX and F16C: calling it from code that does not enable
+/// Needs AVX-512F, AVX-512VL, AVX, FMA and F16C: calling it from code that does not enable
 /// these features is `unsafe`, and the caller must ensure the CPU supports them.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx,f16c")]
+#[target_feature(enable = "avx512f,avx512vl,avx,fma,f16c")]
 pub(crate) fn dot_f16_rows_heads_avx512(
     keys: &[f16],
     qs: &[f32],
@@ -167,7 +167,7 @@ pub(crate) fn dot_f16_rows_heads_avx512(
         let out = &mut out[h0 * stride..];
         let mut done = 0;
         if hd.is_multiple_of(8) {
-            // SAFETY: this function's features include AVX-512F/VL and F16C; the shapes
+            // SAFETY: this function's features include AVX-512F/VL, FMA and F16C; the shapes
             // were checked by `check_shape` and `qs` holds exactly `n` heads.
             done = unsafe {
                 match n {
@@ -188,10 +188,10 @@ pub(crate) fn dot_f16_rows_heads_avx512(
 /// lanes wide, when `hd` is a multiple of 16, else the F16C [`axpy_f16_rows`] per head.
 ///
 /// # Safety
-/// Needs AVX-512F, AVX and F16C: calling it from code that does not enable these features
+/// Needs AVX-512F, AVX, FMA and F16C: calling it from code that does not enable these features
 /// is `unsafe`, and the caller must ensure the CPU supports them.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx,f16c")]
+#[target_feature(enable = "avx512f,avx,fma,f16c")]
 pub(crate) fn axpy_f16_rows_heads_avx512(
     w: &[f32],
     stride: usize,
@@ -211,7 +211,7 @@ pub(crate) fn axpy_f16_rows_heads_avx512(
         let ys = &mut ys[h0 * hd..(h0 + n) * hd];
         let w = &w[h0 * stride..];
         if hd.is_multiple_of(16) {
-            // SAFETY: this function's features include AVX-512F and F16C; the shapes were
+            // SAFETY: this function's features include AVX-512F, FMA and F16C; the shapes were
             // checked by `check_shape` and `ys` holds exactly `n` heads.
             unsafe {
                 match n {

@@ -1,16 +1,20 @@
 //! f16 × f32 vector kernels for attention over an f16 KV cache.
 //!
-//! Every kernel here computes exactly what [`dot_f32`](super::dot_f32) and
-//! [`axpy`](super::axpy) give on the converted values (same eight dot lanes, same
-//! unfused multiply-then-add, same final order), bit for bit, converting eight halves per
-//! instruction (F16C). That exactness is deliberate: a fused or 16-lane dot in attention
-//! was measured to cost agreement with llama.cpp at decisive positions (Gemma 3: 523/528
-//! instead of 528/528), so only `axpy_f16_rows`, which has no reduction, goes 16 lanes
-//! wide on AVX-512, still bit-exact; on both tables its sums stay in registers across
-//! rows. The forms for a whole GQA group against the same rows are in `heads.rs`.
+//! Every kernel here computes, bit for bit, what its scalar reference does: eight dot
+//! lanes, each one chain of fused multiply-adds (`mul_add`), summed in a fixed order, and
+//! one fused multiply-add per value element, converting eight halves per instruction
+//! (F16C). Attention's time is these multiply-adds, so fusing them halves its
+//! floating-point work; measured against llama.cpp, the fused form left every agreement
+//! figure and perplexity unchanged to the printed digit (`docs/BENCHMARKS.md`, session
+//! 27). The dot stays eight lanes: a 16-lane dot was measured to cost agreement with
+//! llama.cpp at decisive positions (Gemma 3: 523/528 instead of 528/528), so only
+//! `axpy_f16_rows`, which has no reduction, goes 16 lanes wide on AVX-512, still
+//! bit-exact; on both tables its sums stay in registers across rows. The forms for a whole
+//! GQA group against the same rows are in `heads.rs`.
 //!
 //! The public functions run [`KernelTable::best`]'s entries: `scalar` here, the F16C and
-//! AVX-512 ones in `x86.rs` and `heads.rs`.
+//! AVX-512 ones in `x86.rs` and `heads.rs`. (On an x86 CPU too old for the AVX2 table,
+//! the scalar `mul_add` is a library call: correct, and slow like the rest of that table.)
 
 use half::f16;
 
@@ -77,7 +81,7 @@ pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
     let (kt, qt) = (kc.remainder(), qc.remainder());
     for (x, y) in qc.zip(kc) {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l].to_f32();
+            acc[l] = x[l].mul_add(y[l].to_f32(), acc[l]);
         }
     }
     let tail: f32 = qt.iter().zip(kt).map(|(x, y)| x * y.to_f32()).sum();
@@ -87,7 +91,7 @@ pub fn dot_f16_scalar(k: &[f16], q: &[f32]) -> f32 {
 /// The reference for [`axpy_f16`].
 pub fn axpy_f16_scalar(alpha: f32, v: &[f16], y: &mut [f32]) {
     for (o, v) in y.iter_mut().zip(v) {
-        *o += alpha * v.to_f32();
+        *o = alpha.mul_add(v.to_f32(), *o);
     }
 }
 
@@ -164,8 +168,28 @@ pub(crate) mod x86;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{axpy, dot_f32};
     use proptest::prelude::*;
+
+    /// Eight fused lanes summed in order, then the plain tail: the arithmetic every dot
+    /// kernel here must reproduce on the converted values.
+    fn dot_f32_fused(q: &[f32], k: &[f32]) -> f32 {
+        let mut acc = [0f32; LANES];
+        let (qc, kc) = (q.chunks_exact(LANES), k.chunks_exact(LANES));
+        let (qt, kt) = (qc.remainder(), kc.remainder());
+        for (x, y) in qc.zip(kc) {
+            for l in 0..LANES {
+                acc[l] = x[l].mul_add(y[l], acc[l]);
+            }
+        }
+        let tail: f32 = qt.iter().zip(kt).map(|(x, y)| x * y).sum();
+        acc.iter().sum::<f32>() + tail
+    }
+
+    fn axpy_f32_fused(alpha: f32, x: &[f32], y: &mut [f32]) {
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = alpha.mul_add(v, *o);
+        }
+    }
 
     fn same(a: &[f32], b: &[f32]) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
@@ -178,7 +202,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn f16_kernels_equal_f32_ones_on_converted_values(
+        fn f16_kernels_equal_fused_f32_on_converted_values(
             (k, q, y) in (0usize..400).prop_flat_map(|n| (
                 halves(n),
                 prop::collection::vec(-3.0f32..3.0, n),
@@ -187,11 +211,11 @@ mod tests {
             alpha in -2.0f32..2.0,
         ) {
             let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
-            let want = dot_f32(&q, &k32);
+            let want = dot_f32_fused(&q, &k32);
             prop_assert_eq!(dot_f16(&k, &q).to_bits(), want.to_bits());
             prop_assert_eq!(dot_f16_scalar(&k, &q).to_bits(), want.to_bits());
             let mut want_y = y.clone();
-            axpy(alpha, &k32, &mut want_y);
+            axpy_f32_fused(alpha, &k32, &mut want_y);
             let mut got = y.clone();
             axpy_f16_scalar(alpha, &k, &mut got);
             prop_assert!(same(&got, &want_y));

@@ -12,9 +12,9 @@ use super::LANES;
 /// The AVX2 and AVX-512 tables' [`dot_f16`](super::dot_f16).
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn dot_f16_f16c(k: &[f16], q: &[f32]) -> f32 {
     super::check_dot(k, q);
     // SAFETY: this function's features; `q` is as long as `k` (checked).
@@ -24,9 +24,9 @@ pub(crate) fn dot_f16_f16c(k: &[f16], q: &[f32]) -> f32 {
 /// The AVX2 and AVX-512 tables' [`axpy_f16`](super::axpy_f16).
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn axpy_f16_f16c(alpha: f32, v: &[f16], y: &mut [f32]) {
     super::check_axpy(v, y);
     // SAFETY: this function's features; `y` is as long as `v` (checked).
@@ -36,9 +36,9 @@ pub(crate) fn axpy_f16_f16c(alpha: f32, v: &[f16], y: &mut [f32]) {
 /// The AVX2 and AVX-512 tables' [`dot_f16_rows`](super::dot_f16_rows).
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn dot_f16_rows_f16c(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
     super::check_dot_rows(keys, q, out);
     // SAFETY: this function's features; `keys` holds `out.len()` rows (checked).
@@ -49,9 +49,9 @@ pub(crate) fn dot_f16_rows_f16c(keys: &[f16], q: &[f32], scale: f32, out: &mut [
 /// across rows when the rows are whole 8-lane vectors, else one [`axpy_f16`] per row.
 ///
 /// # Safety
-/// Needs AVX and F16C: calling it from code that does not enable these features is
+/// Needs AVX, FMA and F16C: calling it from code that does not enable these features is
 /// `unsafe`, and the caller must ensure the CPU supports them.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(crate) fn axpy_f16_rows_f16c(w: &[f32], values: &[f16], y: &mut [f32]) {
     let hd = super::check_axpy_rows(w, values, y);
     if hd.is_multiple_of(LANES) {
@@ -68,9 +68,9 @@ pub(crate) fn axpy_f16_rows_f16c(w: &[f32], values: &[f16], y: &mut [f32]) {
 /// rows are whole vectors, else as [`axpy_f16_rows_f16c`].
 ///
 /// # Safety
-/// Needs AVX-512F, AVX and F16C: calling it from code that does not enable these features
+/// Needs AVX-512F, AVX, FMA and F16C: calling it from code that does not enable these features
 /// is `unsafe`, and the caller must ensure the CPU supports them.
-#[target_feature(enable = "avx512f,avx,f16c")]
+#[target_feature(enable = "avx512f,avx,fma,f16c")]
 pub(crate) fn axpy_f16_rows_avx512(w: &[f32], values: &[f16], y: &mut [f32]) {
     let hd = super::check_axpy_rows(w, values, y);
     if hd.is_multiple_of(16) {
@@ -85,9 +85,9 @@ pub(crate) fn axpy_f16_rows_avx512(w: &[f32], values: &[f16], y: &mut [f32]) {
 /// `Σ k[i]·q[i]`, eight lanes as [`dot_f16_scalar`](super::dot_f16_scalar).
 ///
 /// # Safety
-/// The CPU must support AVX and F16C; `q` must be at least as long as `k`.
+/// The CPU must support AVX, FMA and F16C; `q` must be at least as long as `k`.
 #[inline]
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
     let chunks = k.len() / LANES;
     let mut acc = _mm256_setzero_ps();
@@ -99,7 +99,7 @@ pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
                 _mm256_loadu_ps(q.as_ptr().add(c * LANES)),
             )
         };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(qv, kv));
+        acc = _mm256_fmadd_ps(qv, kv, acc);
     }
     let mut lanes = [0f32; LANES];
     // SAFETY: `lanes` is 8 writable f32.
@@ -121,9 +121,9 @@ pub(super) unsafe fn dot_f16(k: &[f16], q: &[f32]) -> f32 {
 /// `dot_f16` one by one.
 ///
 /// # Safety
-/// The CPU must support AVX and F16C; `keys` must hold at least `out.len()` rows of
+/// The CPU must support AVX, FMA and F16C; `keys` must hold at least `out.len()` rows of
 /// `max(q.len(), 1)` elements.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut [f32]) {
     let hd = q.len().max(1);
     let mut j = 0;
@@ -141,7 +141,7 @@ pub(super) unsafe fn dot_f16_rows(keys: &[f16], q: &[f32], scale: f32, out: &mut
                     let qv = _mm256_loadu_ps(q.as_ptr().add(c));
                     for (r, a) in acc.iter_mut().enumerate() {
                         let kv = _mm256_cvtph_ps(_mm_loadu_si128(base.add(r * hd + c).cast()));
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, kv));
+                        *a = _mm256_fmadd_ps(qv, kv, *a);
                     }
                 }
                 let sum = sum_lanes8(acc, zero);
@@ -211,8 +211,8 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 /// `y += w[j] · values[j]` per `y.len()`-wide row, one [`axpy_f16`] per row.
 ///
 /// # Safety
-/// The CPU must support AVX and F16C.
-#[target_feature(enable = "avx,f16c")]
+/// The CPU must support AVX, FMA and F16C.
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
     for (&a, v) in w.iter().zip(values.chunks_exact(y.len().max(1))) {
         // SAFETY: same features as this function.
@@ -224,8 +224,8 @@ pub(super) unsafe fn axpy_f16_rows(w: &[f32], values: &[f16], y: &mut [f32]) {
 /// would chain every row behind the previous row's store).
 ///
 /// # Safety
-/// The CPU must support AVX-512F and F16C; `y.len()` must be a multiple of 16.
-#[target_feature(enable = "avx512f,f16c")]
+/// The CPU must support AVX-512F, FMA and F16C; `y.len()` must be a multiple of 16.
+#[target_feature(enable = "avx512f,fma,f16c")]
 pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32]) {
     let hd = y.len();
     let mut c0 = 0;
@@ -244,8 +244,8 @@ pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32])
                 let vp = v.as_ptr().add(c0);
                 for (i, acc) in acc.iter_mut().enumerate().take(width) {
                     let vv = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(16 * i).cast()));
-                    // Unfused, like the scalar `+= a * v`: bit-identical results.
-                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(a, vv));
+                    // Fused, like the scalar `mul_add`: bit-identical results.
+                    *acc = _mm512_fmadd_ps(a, vv, *acc);
                 }
             }
             for (i, a) in acc.iter().enumerate().take(width) {
@@ -264,9 +264,9 @@ pub(super) unsafe fn axpy_f16_rows_512(w: &[f32], values: &[f16], y: &mut [f32])
 /// Bit-identical to one [`axpy_f16`] per head and row.
 ///
 /// # Safety
-/// AVX and F16C; `hd` a multiple of 8; `ys.len() == H·hd`; `values` whole rows; `w` holds
+/// AVX, FMA and F16C; `hd` a multiple of 8; `ys.len() == H·hd`; `values` whole rows; `w` holds
 /// `(H - 1)·stride + rows` elements.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn axpy_f16_rows_heads_256<const H: usize>(
     w: &[f32],
     stride: usize,
@@ -295,7 +295,7 @@ pub(super) unsafe fn axpy_f16_rows_heads_256<const H: usize>(
 /// # Safety
 /// As [`axpy_f16_rows_heads_256`], and `c0 + 8·W ≤ hd`.
 #[inline]
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 unsafe fn axpy_columns<const H: usize, const W: usize>(
     w: &[f32],
     stride: usize,
@@ -321,8 +321,8 @@ unsafe fn axpy_columns<const H: usize, const W: usize>(
             for i in 0..W {
                 let v = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(LANES * i).cast()));
                 for (acc, a) in acc.iter_mut().zip(a) {
-                    // Unfused, like the scalar `+= a * v`.
-                    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(a, v));
+                    // Fused, like the scalar `mul_add`.
+                    acc[i] = _mm256_fmadd_ps(a, v, acc[i]);
                 }
             }
         }
@@ -359,9 +359,9 @@ pub(crate) unsafe fn round_f16_inplace(x: &mut [f32]) {
 /// `y[i] += alpha · v[i]`, as [`axpy_f16_scalar`](super::axpy_f16_scalar).
 ///
 /// # Safety
-/// The CPU must support AVX and F16C; `y` must be at least as long as `v`.
+/// The CPU must support AVX, FMA and F16C; `y` must be at least as long as `v`.
 #[inline]
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
     let chunks = v.len() / LANES;
     let a = _mm256_set1_ps(alpha);
@@ -370,12 +370,12 @@ pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
         unsafe {
             let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(c * LANES).cast()));
             let p = y.as_mut_ptr().add(c * LANES);
-            _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(a, vv)));
+            _mm256_storeu_ps(p, _mm256_fmadd_ps(a, vv, _mm256_loadu_ps(p)));
         }
     }
     let done = chunks * LANES;
     for (o, v) in y[done..].iter_mut().zip(&v[done..]) {
-        *o += alpha * v.to_f32();
+        *o = alpha.mul_add(v.to_f32(), *o);
     }
 }
 
@@ -387,9 +387,9 @@ pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
 /// Handles whole 4-row tiles and returns how many rows it did.
 ///
 /// # Safety
-/// AVX and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows; `out` holds
+/// AVX, FMA and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows; `out` holds
 /// `(H - 1)·stride + rows` elements.
-#[target_feature(enable = "avx,f16c")]
+#[target_feature(enable = "avx,fma,f16c")]
 pub(super) unsafe fn dot_f16_rows_heads_256<const H: usize>(
     keys: &[f16],
     qs: &[f32],
@@ -414,7 +414,7 @@ pub(super) unsafe fn dot_f16_rows_heads_256<const H: usize>(
                     let kv = _mm256_cvtph_ps(_mm_loadu_si128(base.add(r * hd + c).cast()));
                     for (h, acc) in acc.iter_mut().enumerate() {
                         let q = _mm256_loadu_ps(qs.as_ptr().add(h * hd + c));
-                        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(q, kv));
+                        acc[r] = _mm256_fmadd_ps(q, kv, acc[r]);
                     }
                 }
             }
@@ -436,9 +436,9 @@ pub(super) unsafe fn dot_f16_rows_heads_256<const H: usize>(
 /// 8·H accumulators stay in registers, which takes AVX-512VL's 32 vector registers.
 ///
 /// # Safety
-/// AVX-512F/VL and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows;
+/// AVX-512F/VL, FMA and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows;
 /// `out` holds `(H - 1)·stride + rows` elements.
-#[target_feature(enable = "avx512f,avx512vl,f16c")]
+#[target_feature(enable = "avx512f,avx512vl,fma,f16c")]
 pub(super) unsafe fn dot_f16_rows_heads<const H: usize>(
     keys: &[f16],
     qs: &[f32],
@@ -463,7 +463,7 @@ pub(super) unsafe fn dot_f16_rows_heads<const H: usize>(
                 for r in 0..LANES {
                     let kv = _mm256_cvtph_ps(_mm_loadu_si128(base.add(r * hd + c).cast()));
                     for (acc, q) in acc.iter_mut().zip(qv) {
-                        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(q, kv));
+                        acc[r] = _mm256_fmadd_ps(q, kv, acc[r]);
                     }
                 }
             }
@@ -482,9 +482,9 @@ pub(super) unsafe fn dot_f16_rows_heads<const H: usize>(
 /// chunk converted once for all heads (bit-identical to one call per head).
 ///
 /// # Safety
-/// AVX-512F and F16C; `hd` a multiple of 16; `ys.len() == H·hd`; `values` whole rows;
+/// AVX-512F, FMA and F16C; `hd` a multiple of 16; `ys.len() == H·hd`; `values` whole rows;
 /// `w` holds `(H - 1)·stride + rows` elements.
-#[target_feature(enable = "avx512f,f16c")]
+#[target_feature(enable = "avx512f,fma,f16c")]
 pub(super) unsafe fn axpy_f16_rows_heads<const H: usize>(
     w: &[f32],
     stride: usize,
@@ -514,8 +514,8 @@ pub(super) unsafe fn axpy_f16_rows_heads<const H: usize>(
                 for (h, acc) in acc.iter_mut().enumerate() {
                     let a = _mm512_set1_ps(*w.as_ptr().add(h * stride + j));
                     for (a_i, v) in acc.iter_mut().zip(vv).take(width) {
-                        // Unfused, like the scalar `+= a * v`.
-                        *a_i = _mm512_add_ps(*a_i, _mm512_mul_ps(a, v));
+                        // Fused, like the scalar `mul_add`.
+                        *a_i = _mm512_fmadd_ps(a, v, *a_i);
                     }
                 }
             }
