@@ -332,9 +332,13 @@ fn matmul_packed(
         let r0 = g * PACK_ROWS;
         let live = PACK_ROWS.min(rows - r0);
         let mut tile = [[0f32; PACK_ROWS]; TILE_TOKENS];
+        // Tiles of even size (9 tokens as 5 + 4, not 8 + 1): a kernel call unpacks each
+        // weight block once for its tile, so a 1-token tail pays nearly a full tile's
+        // unpacking for one token. A speculative verify step is often just over a tile.
+        let tiles = n_tokens.div_ceil(TILE_TOKENS);
         let mut t0 = 0;
-        while t0 < n_tokens {
-            let n = TILE_TOKENS.min(n_tokens - t0);
+        for k in 0..tiles {
+            let n = (n_tokens - t0).div_ceil(tiles - k);
             (p.gemm)(
                 w.cols,
                 group,

@@ -2,17 +2,14 @@
 //! 64-byte vector is two 8-row halves, run one after the other. With no `vpdpbusd`,
 //! `vpmaddubsw` multiplies weight and activation bytes into int16 pairs, which add up in
 //! int16 as far as they can't overflow and then widen through `vpmaddwd` — by ones, or by
-//! the k-quants' row scales, which applies those for free. 16 registers hold a tile of
-//! up to [`AVX2_TOKENS`] tokens, so a call covers its tokens in such tiles.
+//! the k-quants' row scales, which applies those for free. A call's tokens (up to
+//! [`TILE_TOKENS`]) form one tile per half.
 
 use std::arch::x86_64::*;
 
 use super::{check_gemm, PackedType, PACK_ROWS, SUB, TILE_TOKENS};
 
 type Out = [[f32; PACK_ROWS]; TILE_TOKENS];
-
-/// Tokens per register tile.
-const AVX2_TOKENS: usize = 4;
 
 /// Rows per half.
 const HALF: usize = PACK_ROWS / 2;
@@ -71,47 +68,39 @@ unsafe fn gemm<const TY: u8>(
     out: &mut Out,
 ) {
     let nb = cols / PackedType::from_u8(TY).block_elems();
+    let args = |half: usize| -> Args {
+        let (g, a, s) = (group.as_ptr(), acts.as_ptr(), scales.as_ptr());
+        (nb, g, a, act_row, s, half)
+    };
     if n_tokens == 1 {
         // Batch-1 decode streams the weights from memory: both halves of each block in
         // one pass, so each cache line is read once and wholly.
-        let args = (
-            nb,
-            group.as_ptr(),
-            acts.as_ptr(),
-            act_row,
-            scales.as_ptr(),
-            0,
-        );
         // SAFETY: forwarded from the caller.
-        unsafe { tile::<TY, 1, 2>(args, &mut out[..1]) };
+        unsafe { tile::<TY, 1, 2>(args(0), &mut out[..1]) };
         return;
     }
+    // Each half takes the whole tile of up to `TILE_TOKENS` tokens, so its weights are
+    // unpacked once per call and not once per 4 tokens. The tokens' int32 sums don't all
+    // fit in 16 registers beside the eight weight vectors, but the spilled ones are
+    // touched once per sub-block, while each unpacking serves twice the tokens: at 8
+    // tokens q6_K runs 7–16% faster, q4_K and q5_K 2–6% (`docs/BENCHMARKS.md`, session 28).
     for half in 0..2 {
-        let mut t0 = 0;
-        while t0 < n_tokens {
-            let n = AVX2_TOKENS.min(n_tokens - t0);
-            // SAFETY: tokens t0..t0+n are within the checked activation rows and scales.
-            let args = unsafe {
-                (
-                    nb,
-                    group.as_ptr(),
-                    acts.as_ptr().add(t0 * act_row),
-                    act_row,
-                    scales.as_ptr().add(t0 * nb),
-                    half,
-                )
-            };
-            let dst = &mut out[t0..t0 + n];
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                match n {
-                    1 => tile::<TY, 1, 1>(args, dst),
-                    2 => tile::<TY, 2, 1>(args, dst),
-                    3 => tile::<TY, 3, 1>(args, dst),
-                    _ => tile::<TY, 4, 1>(args, dst),
-                }
+        let args = args(half);
+        let dst = &mut out[..n_tokens];
+        // SAFETY: forwarded from the caller; `check_gemm` bounds `n_tokens` by
+        // `TILE_TOKENS`.
+        unsafe {
+            match n_tokens {
+                1 => tile::<TY, 1, 1>(args, dst),
+                2 => tile::<TY, 2, 1>(args, dst),
+                3 => tile::<TY, 3, 1>(args, dst),
+                4 => tile::<TY, 4, 1>(args, dst),
+                5 => tile::<TY, 5, 1>(args, dst),
+                6 => tile::<TY, 6, 1>(args, dst),
+                7 => tile::<TY, 7, 1>(args, dst),
+                8 => tile::<TY, 8, 1>(args, dst),
+                _ => {}
             }
-            t0 += n;
         }
     }
 }

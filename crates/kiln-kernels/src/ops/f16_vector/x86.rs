@@ -382,9 +382,9 @@ pub(super) unsafe fn axpy_f16(alpha: f32, v: &[f16], y: &mut [f32]) {
 /// [`dot_f16_rows`] for `H` query heads against the same keys on AVX2's 16 registers,
 /// the AVX2 table's form: tiles of 4 rows, each key chunk converted once for all heads
 /// into `4·H` accumulators (the multiplies read the queries from memory). Each row's lanes
-/// are summed as `dot_f16_rows` sums them (its 8×8 transpose, of the tile's 4 rows
-/// twice), so results are bit-identical. Head `h`'s scores go to `out[h·stride + j]`.
-/// Handles whole 4-row tiles and returns how many rows it did.
+/// are summed as `dot_f16_rows` sums them (its 8×8 transpose, of the tile's 4 rows for
+/// two heads at once), so results are bit-identical. Head `h`'s scores go to
+/// `out[h·stride + j]`. Handles whole 4-row tiles and returns how many rows it did.
 ///
 /// # Safety
 /// AVX, FMA and F16C; `hd` a multiple of 8; `qs.len() == H·hd`; `keys` whole rows; `out` holds
@@ -418,10 +418,22 @@ pub(super) unsafe fn dot_f16_rows_heads_256<const H: usize>(
                     }
                 }
             }
-            for (h, [a0, a1, a2, a3]) in acc.into_iter().enumerate() {
-                let sum = sum_lanes8([a0, a1, a2, a3, a0, a1, a2, a3], zero);
-                let scaled = _mm256_castps256_ps128(_mm256_mul_ps(s, sum));
-                _mm_storeu_ps(out.as_mut_ptr().add(h * stride + j), scaled);
+            // Two heads' tiles fill one transpose (the tile's rows of head `h` in the low
+            // lanes, of `h + 1` in the high); a head left over fills it with itself.
+            for h in (0..H).step_by(2) {
+                let pair = (h + 1).min(H - 1);
+                let ([a0, a1, a2, a3], [b0, b1, b2, b3]) = (acc[h], acc[pair]);
+                let sum = _mm256_mul_ps(s, sum_lanes8([a0, a1, a2, a3, b0, b1, b2, b3], zero));
+                _mm_storeu_ps(
+                    out.as_mut_ptr().add(h * stride + j),
+                    _mm256_castps256_ps128(sum),
+                );
+                if pair != h {
+                    _mm_storeu_ps(
+                        out.as_mut_ptr().add(pair * stride + j),
+                        _mm256_extractf128_ps::<1>(sum),
+                    );
+                }
             }
         }
         j += TILE;
