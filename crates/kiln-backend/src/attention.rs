@@ -189,7 +189,7 @@ fn attend_group(
             }
         }
     });
-    softmax_rows_f32(&mut scores[..group * n_ctx], n_ctx);
+    ops::softmax_rows_f32(&mut scores[..group * n_ctx], n_ctx);
     ops::round_f16_inplace(&mut scores[..group * n_ctx]);
     // Pass 2: probability-weighted sum of values.
     out.fill(0.0);
@@ -238,39 +238,6 @@ fn for_each_block(
         let hi = end.min(e * bs) - base;
         f(block_table[b] as usize, base, lo, hi);
         b = e;
-    }
-}
-
-/// Softmax of each `n`-long row, with an f32 running sum in row order. Deliberately not
-/// `ops::softmax_inplace` (which sums in f64): the llama.cpp agreement tests were measured
-/// with this arithmetic, and with the f64 sum one decisive position each for Qwen2 and
-/// Gemma 3 flips. The exponentials (`ops::exp_inplace`, bit-identical to `f32::exp`)
-/// come first, sixteen at a time, and the rows' sums then run side by side:
-/// each sum is still one chain in row order (same result), but the chains overlap instead
-/// of each add waiting on the previous one behind an `exp` call.
-fn softmax_rows_f32(rows: &mut [f32], n: usize) {
-    const CHAINS: usize = 8;
-    for chunk in rows.chunks_mut(CHAINS * n) {
-        for row in chunk.chunks_exact_mut(n) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            for v in row.iter_mut() {
-                *v -= max;
-            }
-            ops::exp_inplace(row);
-        }
-        let k = chunk.len() / n;
-        let mut sums = [0f32; CHAINS];
-        for j in 0..n {
-            for (h, sum) in sums.iter_mut().enumerate().take(k) {
-                *sum += chunk[h * n + j];
-            }
-        }
-        for (row, sum) in chunk.chunks_exact_mut(n).zip(sums) {
-            let inv = 1.0 / sum;
-            for v in row.iter_mut() {
-                *v *= inv;
-            }
-        }
     }
 }
 

@@ -11,7 +11,7 @@ use half::f16;
 #[cfg(doc)]
 use super::Isa;
 use super::KernelTable;
-use crate::ops::{exp, f16_vector};
+use crate::ops::{exp, f16_vector, softmax};
 
 /// Function pointers for the `ops` primitives that have SIMD variants, for one [`Isa`]:
 /// each entry has the signature and contract of the [`crate::ops`] function of the same
@@ -20,6 +20,8 @@ use crate::ops::{exp, f16_vector};
 pub struct OpKernels {
     /// [`ops::exp_inplace`](crate::ops::exp_inplace).
     pub exp_inplace: fn(x: &mut [f32]),
+    /// [`ops::softmax_rows_f32`](crate::ops::softmax_rows_f32).
+    pub softmax_rows_f32: fn(rows: &mut [f32], n: usize),
     /// [`ops::round_f16_inplace`](crate::ops::round_f16_inplace).
     pub round_f16_inplace: fn(x: &mut [f32]),
     /// [`ops::dot_f16`](crate::ops::dot_f16).
@@ -42,6 +44,7 @@ pub struct OpKernels {
 /// The portable entries: the public ops' argument checks, then the scalar references.
 pub(super) const SCALAR: OpKernels = OpKernels {
     exp_inplace: exp::exp_inplace_scalar,
+    softmax_rows_f32: softmax::softmax_rows_f32_scalar,
     round_f16_inplace: f16_vector::round_f16_scalar,
     dot_f16: f16_vector::scalar::dot_f16,
     axpy_f16: f16_vector::scalar::axpy_f16,
@@ -71,9 +74,10 @@ pub(super) mod x86 {
     }
 
     /// What an AVX2 + FMA + F16C machine runs: the AVX2 `exp`, the F16C (AVX, 8-lane)
-    /// f16 kernels.
+    /// f16 kernels and the 8-lane attention softmax.
     pub(in crate::dispatch) const AVX2: OpKernels = OpKernels {
         exp_inplace: op!(exp::avx2::exp_inplace, x),
+        softmax_rows_f32: op!(softmax::x86::softmax_rows_f32_avx, rows, n),
         round_f16_inplace: op!(f16_x86::round_f16_inplace, x),
         dot_f16: op!(f16_x86::dot_f16_f16c, k, q),
         axpy_f16: op!(f16_x86::axpy_f16_f16c, alpha, v, y),
@@ -137,6 +141,12 @@ impl KernelTable {
     #[inline]
     pub fn exp_inplace(&self, x: &mut [f32]) {
         (self.ops.exp_inplace)(x);
+    }
+
+    /// [`ops::softmax_rows_f32`](crate::ops::softmax_rows_f32) with this table's kernel.
+    #[inline]
+    pub fn softmax_rows_f32(&self, rows: &mut [f32], n: usize) {
+        (self.ops.softmax_rows_f32)(rows, n);
     }
 
     /// [`ops::round_f16_inplace`](crate::ops::round_f16_inplace) with this table's kernel.

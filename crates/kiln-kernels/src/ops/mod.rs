@@ -11,7 +11,7 @@ pub(crate) mod exp;
 pub(crate) mod f16_vector;
 mod norm;
 mod rope;
-mod softmax;
+pub(crate) mod softmax;
 mod vector;
 
 pub use activation::{
@@ -27,7 +27,7 @@ pub use f16_vector::{
 };
 pub use norm::{rms_norm, rms_norm_inplace};
 pub use rope::{rope_inplace, RopeStyle};
-pub use softmax::softmax_inplace;
+pub use softmax::{softmax_inplace, softmax_rows_f32, softmax_rows_f32_scalar};
 pub use vector::{add_inplace, axpy, dot_f32, scale_inplace};
 
 /// Panics unless `a == b`; used for the length checks every op performs once per call.

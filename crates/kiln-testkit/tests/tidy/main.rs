@@ -27,6 +27,7 @@ const LOOP_ALLOWLIST: &[(&str, &[&str], &str)] = &[(
         "ops::exp",
         "ops::f16_vector",
         "ops::f16_vector::x86",
+        "ops::softmax",
         "packed",
         "packed::layout",
     ],

@@ -179,7 +179,7 @@ unsafe fn sum_lanes8(acc: [__m256; 8], zero: __m256) -> __m256 {
 /// The CPU must support AVX.
 #[inline]
 #[target_feature(enable = "avx")]
-unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(crate) unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);
     let t2 = _mm256_unpacklo_ps(r[2], r[3]);
