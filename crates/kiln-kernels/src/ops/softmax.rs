@@ -113,17 +113,7 @@ pub(crate) mod x86 {
                     .chain(&row[whole..])
                     .copied()
                     .fold(f32::NEG_INFINITY, f32::max);
-                let mv = _mm256_set1_ps(max);
-                for c in row[..whole].chunks_exact_mut(L) {
-                    // SAFETY: `c` holds 8 floats.
-                    unsafe {
-                        let v = _mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv);
-                        _mm256_storeu_ps(c.as_mut_ptr(), v);
-                    }
-                }
-                for v in &mut row[whole..] {
-                    *v -= max;
-                }
+                apply::<false>(row, whole, max);
                 // The best table's `exp`: every table's gives the same bits.
                 super::super::exp_inplace(row);
             }
@@ -153,18 +143,33 @@ pub(crate) mod x86 {
                 }
             }
             for (row, sum) in chunk.chunks_exact_mut(n).zip(sums) {
-                let inv = 1.0 / sum;
-                let iv = _mm256_set1_ps(inv);
-                for c in row[..whole].chunks_exact_mut(L) {
-                    // SAFETY: `c` holds 8 floats.
-                    unsafe {
-                        let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), iv);
-                        _mm256_storeu_ps(c.as_mut_ptr(), v);
-                    }
-                }
-                for v in &mut row[whole..] {
-                    *v *= inv;
-                }
+                apply::<true>(row, whole, 1.0 / sum);
+            }
+        }
+    }
+
+    /// `v · x` (`MUL`) or `v - x` for every `v` of `row`, 8 lanes at a time below `whole`.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn apply<const MUL: bool>(row: &mut [f32], whole: usize, x: f32) {
+        let xv = _mm256_set1_ps(x);
+        for c in row[..whole].chunks_exact_mut(8) {
+            // SAFETY: `c` holds 8 floats.
+            unsafe {
+                let v = _mm256_loadu_ps(c.as_ptr());
+                let v = if MUL {
+                    _mm256_mul_ps(v, xv)
+                } else {
+                    _mm256_sub_ps(v, xv)
+                };
+                _mm256_storeu_ps(c.as_mut_ptr(), v);
+            }
+        }
+        for v in &mut row[whole..] {
+            if MUL {
+                *v *= x;
+            } else {
+                *v -= x;
             }
         }
     }
