@@ -19,7 +19,12 @@ const KERNELS: [&str; 9] = [
     "q5_0 vec_dot",
     "q4_K vec_dot",
 ];
-const OPS: [&str; 3] = ["rms_norm", "softmax_inplace", "dot_f16_rows"];
+const OPS: [&str; 4] = [
+    "rms_norm",
+    "softmax_inplace",
+    "softmax_rows_f32",
+    "dot_f16_rows",
+];
 
 fn positive(v: &Value, what: &str) -> f64 {
     let x = v

@@ -31,7 +31,12 @@ pub struct OpRow {
 }
 
 /// The ops measured, in report order.
-pub(crate) const OPS: [&str; 3] = ["rms_norm", "softmax_inplace", "dot_f16_rows"];
+pub(crate) const OPS: [&str; 4] = [
+    "rms_norm",
+    "softmax_inplace",
+    "softmax_rows_f32",
+    "dot_f16_rows",
+];
 
 /// Measures op `name` (one of [`OPS`]); `None` for an unknown name.
 pub(crate) fn measure(name: &str, timing: &TimingPlan) -> Option<OpRow> {
@@ -56,6 +61,13 @@ pub(crate) fn measure(name: &str, timing: &TimingPlan) -> Option<OpRow> {
                     ops::softmax_inplace(row);
                 }
             });
+            std::hint::black_box(&x);
+            (format!("{ROWS}×{CONTEXT}"), ROWS * CONTEXT * 8, time)
+        }
+        "softmax_rows_f32" => {
+            // Attention's form: all the rows in one call, their sums side by side.
+            let mut x = random_activations(ROWS * CONTEXT, 3);
+            let time = time_calls(timing, |_| ops::softmax_rows_f32(&mut x, CONTEXT));
             std::hint::black_box(&x);
             (format!("{ROWS}×{CONTEXT}"), ROWS * CONTEXT * 8, time)
         }
