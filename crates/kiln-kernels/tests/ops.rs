@@ -242,6 +242,13 @@ fn every_entry_checks_its_arguments() {
             (o.dot_f16)(&k, &q[..8]);
         });
         panics("axpy_f16", &mut || (o.axpy_f16)(1.0, &k, &mut [0f32; 8]));
+        // 10 scores are not whole rows of 4; nor is anything of 0.
+        panics("softmax_rows_f32", &mut || {
+            (o.softmax_rows_f32)(&mut [0f32; 10], 4);
+        });
+        panics("softmax_rows_f32 n 0", &mut || {
+            (o.softmax_rows_f32)(&mut [0f32; 4], 0);
+        });
         // 64 keys are 4 rows of 16; `out` claims 8.
         panics("dot_f16_rows", &mut || {
             (o.dot_f16_rows)(&k, &q[..16], 1.0, &mut [0f32; 8]);

@@ -62,16 +62,22 @@ pub fn softmax_rows_f32_scalar(rows: &mut [f32], n: usize) {
             super::exp_inplace(row);
         }
         let mut sums = [0f32; CHAINS];
-        for j in 0..n {
-            for (sum, row) in sums.iter_mut().zip(chunk.chunks_exact(n)) {
-                *sum += row[j];
-            }
-        }
+        add_columns(&mut sums, chunk, n, 0);
         for (row, sum) in chunk.chunks_exact_mut(n).zip(sums) {
             let inv = 1.0 / sum;
             for v in row.iter_mut() {
                 *v *= inv;
             }
+        }
+    }
+}
+
+/// Adds columns `from..n` of each `n`-long row of `chunk` to its sum, in column order: the
+/// sums' chains, continued.
+fn add_columns(sums: &mut [f32; CHAINS], chunk: &[f32], n: usize, from: usize) {
+    for j in from..n {
+        for (sum, row) in sums.iter_mut().zip(chunk.chunks_exact(n)) {
+            *sum += row[j];
         }
     }
 }
@@ -137,11 +143,7 @@ pub(crate) mod x86 {
             let mut sums = [0f32; CHAINS];
             // SAFETY: `sums` holds 8 floats.
             unsafe { _mm256_storeu_ps(sums.as_mut_ptr(), acc) };
-            for j in whole..n {
-                for (sum, row) in sums.iter_mut().zip(chunk.chunks_exact(n)) {
-                    *sum += row[j];
-                }
-            }
+            super::add_columns(&mut sums, chunk, n, whole);
             for (row, sum) in chunk.chunks_exact_mut(n).zip(sums) {
                 apply::<true>(row, whole, 1.0 / sum);
             }
