@@ -410,6 +410,10 @@ unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[
                     }
                 }
                 for s in 0..8 {
+                    if h == 0 {
+                        // At batch 1 both halves share this pass; the first fetches ahead.
+                        super::prefetch_ahead(ty, blk, s);
+                    }
                     let w = weights::<TY>(blk, s, half);
                     let qs = |t: usize| act(t).add(ty.act_qs_offset() + SUB * s);
                     if ty == PackedType::Q6_K {

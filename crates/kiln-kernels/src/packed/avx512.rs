@@ -334,6 +334,7 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
                 }
             }
             for s in 0..8 {
+                super::prefetch_ahead(ty, blk, s);
                 let w = weights::<TY>(blk, s);
                 let qs = |t: usize| act(t).add(ty.act_qs_offset() + SUB * s);
                 if ty == PackedType::Q6_K {

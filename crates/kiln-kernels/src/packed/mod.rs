@@ -284,6 +284,31 @@ pub fn act_scales_row(ty: PackedType, act_row: &[u8], out: &mut [[f32; 2]]) {
     }
 }
 
+/// How far ahead of the block it is reading a k-quant kernel prefetches, in bytes
+/// (rounded up to whole packed blocks: 2 of q4_K, q5_K or q6_K). A k-quant block is read
+/// out of order — its scales first, then the nibbles and high bits as two interleaved
+/// streams, `d` last — and on Zen 4 the hardware prefetchers alone left batch-1 q6_K at
+/// about half the read bandwidth (`docs/BENCHMARKS.md`, session 30). Twice this distance
+/// was slower; the 32-element types, read in order, showed no gain and don't prefetch.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Prefetches sub-block `s`'s eighth of the cache lines of the packed k-quant block that
+/// lies [`PREFETCH_AHEAD`] past `blk`, so a block's prefetches spread over its sub-blocks.
+/// Past the group's end it reads the next group's lines or none: a prefetch never faults.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_ahead(ty: PackedType, blk: *const u8, s: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let block = ty.block_bytes();
+    let lines = block.div_ceil(64);
+    let per = lines.div_ceil(8);
+    let target = blk.wrapping_add(PREFETCH_AHEAD.div_ceil(block) * block);
+    for line in per * s..(per * (s + 1)).min(lines) {
+        // SAFETY: a prefetch is only a hint; it never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(target.wrapping_add(64 * line).cast()) };
+    }
+}
+
 /// Panics (an internal bug) unless the kernel's inputs have the sizes it reads.
 pub(crate) fn check_gemm(
     ty: PackedType,
