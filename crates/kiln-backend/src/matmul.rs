@@ -25,6 +25,13 @@ const ROWS_PER_TASK: usize = 16;
 /// Pool tasks per thread for a packed matmul (see `matmul_packed`).
 const TASKS_PER_THREAD: usize = 8;
 
+/// Weight bytes of the groups a token tile passes over before the next tile starts.
+/// Tile by tile over one group at a time, a 449-token prompt read every token's
+/// activations again for each group: 4.6 MB for an 8,960-wide `ffn_down`, from L3. Over
+/// a block of groups that stays in L2 (half of a 2 MiB L2), the tile's activations are
+/// read once per block instead: AVX-512 prefill +10% (`docs/BENCHMARKS.md`, session 31).
+const WEIGHT_BLOCK_BYTES: usize = 1 << 20;
+
 /// Packed groups per pool task when repacking at load.
 const PACK_GROUPS_PER_TASK: usize = 8;
 
@@ -289,7 +296,8 @@ pub fn matmul_same_input(
     }
     let acts = &acts[..act_row * n_tokens];
     if let Some(p) = packed {
-        matmul_packed(pool, w, p, acts, &scales[..nb * n_tokens], n_tokens, out);
+        let scales = &scales[..nb * n_tokens];
+        matmul_packed(pool, w, p, acts, scales, n_tokens, out, WEIGHT_BLOCK_BYTES);
         return;
     }
     let n_tasks = w.rows.div_ceil(ROWS_PER_TASK);
@@ -310,8 +318,10 @@ pub fn matmul_same_input(
     });
 }
 
-/// The packed path: pool tasks of consecutive groups of 16 rows, token tiles inside
-/// each group (the group's weights stay in L1 across tiles).
+/// The packed path: pool tasks of consecutive groups of 16 rows; inside a task, blocks
+/// of groups of up to `block_bytes` of weights ([`WEIGHT_BLOCK_BYTES`]: they stay in L2)
+/// while every token tile passes over them.
+#[allow(clippy::too_many_arguments)]
 fn matmul_packed(
     pool: &ThreadPool,
     w: &QMatrix,
@@ -320,6 +330,7 @@ fn matmul_packed(
     scales: &[[f32; 2]],
     n_tokens: usize,
     out: &mut [f32],
+    block_bytes: usize,
 ) {
     let group_bytes = p.ty.group_bytes(w.cols);
     let n_groups = w.rows.div_ceil(PACK_ROWS);
@@ -327,46 +338,53 @@ fn matmul_packed(
     let nb = w.cols / p.ty.block_elems();
     let (rows, act_row) = (w.rows, w.act_row_bytes);
     let out_ptr = SyncPtr::new(out);
-    let group_gemm = |g: usize| {
+    // Group `g`'s rows for the `n` tokens from `t0`.
+    let gemm_tile = |g: usize, t0: usize, n: usize, tile: &mut [[f32; PACK_ROWS]; TILE_TOKENS]| {
         let group = &packed[g * group_bytes..(g + 1) * group_bytes];
         let r0 = g * PACK_ROWS;
         let live = PACK_ROWS.min(rows - r0);
-        let mut tile = [[0f32; PACK_ROWS]; TILE_TOKENS];
-        // Tiles of even size (9 tokens as 5 + 4, not 8 + 1): a kernel call unpacks each
-        // weight block once for its tile, so a 1-token tail pays nearly a full tile's
-        // unpacking for one token. A speculative verify step is often just over a tile.
-        let tiles = n_tokens.div_ceil(TILE_TOKENS);
-        let mut t0 = 0;
-        for k in 0..tiles {
-            let n = (n_tokens - t0).div_ceil(tiles - k);
-            (p.gemm)(
-                w.cols,
-                group,
-                &acts[t0 * act_row..],
-                act_row,
-                &scales[t0 * nb..],
-                n,
-                &mut tile,
-            );
-            for (t, vals) in tile.iter().enumerate().take(n) {
-                // SAFETY: this task alone writes rows r0..r0+live of every token.
-                let dst = unsafe { out_ptr.slice_mut((t0 + t) * rows + r0, live) };
-                // A whole group is a fixed-size copy the compiler inlines (a call to
-                // memmove per 64 bytes showed in profiles).
-                match <&mut [f32; PACK_ROWS]>::try_from(&mut *dst) {
-                    Ok(d) => *d = *vals,
-                    Err(_) => dst.copy_from_slice(&vals[..live]),
-                }
+        (p.gemm)(
+            w.cols,
+            group,
+            &acts[t0 * act_row..],
+            act_row,
+            &scales[t0 * nb..],
+            n,
+            tile,
+        );
+        for (t, vals) in tile.iter().enumerate().take(n) {
+            // SAFETY: this task alone writes rows r0..r0+live of every token.
+            let dst = unsafe { out_ptr.slice_mut((t0 + t) * rows + r0, live) };
+            // A whole group is a fixed-size copy the compiler inlines (a call to
+            // memmove per 64 bytes showed in profiles).
+            match <&mut [f32; PACK_ROWS]>::try_from(&mut *dst) {
+                Ok(d) => *d = *vals,
+                Err(_) => dst.copy_from_slice(&vals[..live]),
             }
-            t0 += n;
         }
     };
+    // Tiles of even size (9 tokens as 5 + 4, not 8 + 1): a kernel call unpacks each
+    // weight block once for its tile, so a 1-token tail pays nearly a full tile's
+    // unpacking for one token. A speculative verify step is often just over a tile.
+    let tiles = n_tokens.div_ceil(TILE_TOKENS);
+    let block_groups = (block_bytes / group_bytes).max(1);
     // Consecutive groups per task, so each thread streams long runs of memory (the
     // prefetchers lose a stream at every jump) while tasks stay small enough to balance.
     let per_task = (n_groups / (pool.n_threads() * TASKS_PER_THREAD)).max(1);
     pool.run(n_groups.div_ceil(per_task), |task| {
         let first = task * per_task;
-        (first..(first + per_task).min(n_groups)).for_each(group_gemm);
+        let end = (first + per_task).min(n_groups);
+        // Written by each call before it is read (a fresh one per call was a memset).
+        let mut tile = [[0f32; PACK_ROWS]; TILE_TOKENS];
+        for b0 in (first..end).step_by(block_groups) {
+            let block = b0..(b0 + block_groups).min(end);
+            let mut t0 = 0;
+            for k in 0..tiles {
+                let n = (n_tokens - t0).div_ceil(tiles - k);
+                block.clone().for_each(|g| gemm_tile(g, t0, n, &mut tile));
+                t0 += n;
+            }
+        }
     });
 }
 
@@ -396,6 +414,39 @@ mod tests {
             .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
             .collect();
         QMatrix::new(WeightType::F32, rows, cols, WeightBytes::Owned(bytes)).expect("f32 matrix")
+    }
+
+    /// Blocks of groups only reorder the (group, tile) calls: any block size gives every
+    /// output, the same bits. 71 groups make tasks of 4 groups on two threads, so blocks
+    /// of 1 and 3 groups split them (a ragged last block too); 21 tokens make 3 tiles.
+    #[test]
+    fn weight_blocks_change_no_output() {
+        let kt = KernelTable::best();
+        let pool = ThreadPool::new(2);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let (rows, cols, n) = (70 * PACK_ROWS + 5, 64, 21);
+        let w = q8_0(kt, &mut rng, rows, cols);
+        let p = w.packed.as_ref().expect("this table packs q8_0");
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let mut scratch = MatmulScratch::new();
+        let mut want = vec![0f32; n * rows];
+        matmul(&pool, kt, &w, &x, n, &mut want, &mut scratch);
+        let nb = cols / kt.weight(w.ty).act.block_elems();
+        let group = p.ty.group_bytes(cols);
+        for block in [1, group, 3 * group, usize::MAX] {
+            let mut got = vec![f32::NAN; n * rows];
+            let (acts, scales) = (
+                &scratch.acts[..n * w.act_row_bytes],
+                &scratch.scales[..nb * n],
+            );
+            matmul_packed(&pool, &w, p, acts, scales, n, &mut got, block);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "block of {block} bytes"
+            );
+        }
     }
 
     #[test]

@@ -410,8 +410,9 @@ unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[
                     }
                 }
                 for s in 0..8 {
-                    if h == 0 {
-                        // At batch 1 both halves share this pass; the first fetches ahead.
+                    if half == 0 {
+                        // Half 0's pass fetches ahead: at batch 1 both halves share it; in
+                        // a tile, half 1's pass finds the block in cache.
                         super::prefetch_ahead(ty, blk, s);
                     }
                     let w = weights::<TY>(blk, s, half);
