@@ -29,7 +29,8 @@ const TASKS_PER_THREAD: usize = 8;
 /// Tile by tile over one group at a time, a 449-token prompt read every token's
 /// activations again for each group: 4.6 MB for an 8,960-wide `ffn_down`, from L3. Over
 /// a block of groups that stays in L2 (half of a 2 MiB L2), the tile's activations are
-/// read once per block instead: AVX-512 prefill +10% (`docs/BENCHMARKS.md`, session 31).
+/// read once per block instead: the AVX-512 table's prefill +10% at Qwen2.5-1.5B shapes
+/// (`docs/BENCHMARKS.md`, session 31).
 const WEIGHT_BLOCK_BYTES: usize = 1 << 20;
 
 /// Packed groups per pool task when repacking at load.
