@@ -280,11 +280,13 @@ pub(crate) mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn same(a: f32, b: f32) -> bool {
+    /// Bit for bit, except that a NaN need only stay a NaN: LLVM keeps neither its sign
+    /// nor its payload (it may commute `a · b`, and `x86` takes the first NaN).
+    pub(in crate::ops) fn same(a: f32, b: f32) -> bool {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
     }
 
