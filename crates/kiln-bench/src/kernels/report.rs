@@ -121,12 +121,23 @@ impl KernelReport {
                 let _ = writeln!(t, "- {} at {}×{}: {}", s.kernel, s.rows, s.cols, s.reason);
             }
         }
-        let _ = writeln!(t, "\n| op (1 thread) | shape | time/call | GB/s |");
-        let _ = writeln!(t, "|---|---|---|---|");
+        // The ops run on one thread: set them against one thread's share of the ceiling.
+        let fma_per_thread = c.f32_fma.gflops / c.threads.max(1) as f64;
+        let _ = writeln!(
+            t,
+            "\n| op (1 thread) | shape | time/call | GB/s | GFLOPS | % FMA ceiling |"
+        );
+        let _ = writeln!(t, "|---|---|---|---|---|---|");
         for o in &self.ops {
+            let (gflops, pct) = o.gflops.map_or((String::new(), String::new()), |g| {
+                (
+                    format!("{g:.1}"),
+                    format!("{:.0}%", 100.0 * g / fma_per_thread),
+                )
+            });
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {:.1} | {gflops} | {pct} |",
                 o.op,
                 o.shape,
                 duration(o.time.median_s),
