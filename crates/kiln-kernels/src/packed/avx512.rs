@@ -315,19 +315,30 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
                     *ia = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(*ia));
                 }
             } else {
-                // Σ_s m_s·(bsum_2s + bsum_2s+1), with m_s in both halves of each lane.
-                let mut macc = [_mm512_setzero_si512(); T];
-                for s in 0..8 {
-                    let m = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                // Σ_s m_s·B_s, two sub-blocks per `vpdpwssd`: lane r holds (m_2k, m_2k+1) of
+                // its row against the token's (B_2k, B_2k+1), where B_s is sub-block s's sum
+                // of 32 quants (two q8_K block sums, at most 32·128 in magnitude, so an
+                // exact int16).
+                let mins = |s: usize| {
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(
                         blk.add(ty.mins_offset() + PACK_ROWS * s).cast(),
-                    ));
-                    let m2 = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
-                    for (t, ma) in macc.iter_mut().enumerate() {
-                        *ma = _mm512_dpwssd_epi32(*ma, m2, bsums(t, s));
-                    }
-                }
+                    ))
+                };
+                let m: [__m512i; 4] = std::array::from_fn(|k| {
+                    _mm512_or_si512(mins(2 * k), _mm512_slli_epi32::<16>(mins(2 * k + 1)))
+                });
+                let ones = _mm256_set1_epi16(1);
                 let dmin = f16x16(blk.add(ty.m_offset()));
-                for (t, (acc_t, ma)) in acc.iter_mut().zip(macc).enumerate() {
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let sums = _mm256_loadu_si256(act(t).add(ty.act_bsums_offset()).cast());
+                    let per_sub = _mm256_madd_epi16(sums, ones);
+                    // (B_0, B_1) … (B_6, B_7) as the 32-bit words 0, 1, 4 and 5.
+                    let pairs = _mm512_castsi256_si512(_mm256_packs_epi32(per_sub, per_sub));
+                    let mut ma = _mm512_setzero_si512();
+                    for (k, mk) in m.iter().enumerate() {
+                        let word = _mm512_set1_epi32([0, 1, 4, 5][k]);
+                        ma = _mm512_dpwssd_epi32(ma, *mk, _mm512_permutexvar_epi32(word, pairs));
+                    }
                     let [dy, _] = *scales.add(t * nb + b);
                     let dm = _mm512_mul_ps(dmin, _mm512_set1_ps(dy));
                     *acc_t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ma), dm, *acc_t);
