@@ -395,10 +395,8 @@ unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[
                         *ia = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(*ia));
                     }
                 } else {
-                    // Σ_s m_s·B_s, two sub-blocks per `vpmaddwd`: lane r holds (m_2k, m_2k+1)
-                    // of its row against the token's (B_2k, B_2k+1), where B_s is sub-block
-                    // s's sum of 32 quants (two q8_K block sums, at most 32·128 in
-                    // magnitude, so an exact int16).
+                    // Σ_s m_s·B_s, two sub-blocks per `vpmaddwd`, as the AVX-512 kernel does
+                    // with `vpdpwssd`.
                     let mins = |s: usize| u8x8(blk.add(ty.mins_offset() + PACK_ROWS * s), half);
                     let m: [__m256i; 4] = std::array::from_fn(|k| {
                         _mm256_or_si256(mins(2 * k), _mm256_slli_epi32::<16>(mins(2 * k + 1)))

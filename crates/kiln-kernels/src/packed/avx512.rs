@@ -317,8 +317,8 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
             } else {
                 // Σ_s m_s·B_s, two sub-blocks per `vpdpwssd`: lane r holds (m_2k, m_2k+1) of
                 // its row against the token's (B_2k, B_2k+1), where B_s is sub-block s's sum
-                // of 32 quants (two q8_K block sums, at most 32·128 in magnitude, so an
-                // exact int16).
+                // of 32 quants. q8_K's block sums are the sums of their quants, so |B_s| ≤
+                // 32·128 and B_s is an exact int16.
                 let mins = |s: usize| {
                     _mm512_cvtepu8_epi32(_mm_loadu_si128(
                         blk.add(ty.mins_offset() + PACK_ROWS * s).cast(),
