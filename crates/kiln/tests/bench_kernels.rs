@@ -63,6 +63,11 @@ fn quick_run_writes_ceilings_and_a_row_per_kernel() {
     let c = &r["ceilings"];
     assert_eq!(c["threads"], 2);
     let int8 = positive(&c["int8"]["gops"], "int8 ceiling");
+    let mix = positive(&c["int8_kquant_mix"]["gops"], "k-quant mix ceiling");
+    // The mix adds widening and sums to the same multiplies: it can't beat them alone
+    // (10% for timing noise between the two measurements).
+    assert!(mix < 1.1 * int8, "mix {mix} against int8 {int8}");
+    assert!(stdout.contains("| int8 k-quant mix |"), "{stdout}");
     positive(&c["f32_fma"]["gflops"], "f32 FMA ceiling");
     let bandwidth = positive(&c["memory"]["gb_per_s"], "memory ceiling");
     assert!(c["memory"]["buffer_bytes"].as_u64() >= Some(64 << 20));
@@ -88,6 +93,13 @@ fn quick_run_writes_ceilings_and_a_row_per_kernel() {
             let gops = positive(&row["gops"], &what);
             let pct = positive(&row["int8_ceiling_pct"], &what);
             assert!((pct - 100.0 * gops / int8).abs() < 1e-6 * pct, "{what}");
+            let k_packed = row["packed"] == true && kernel.contains("_K");
+            if k_packed && row["tokens"] != 1 {
+                let pct = positive(&row["kquant_mix_pct"], &what);
+                assert!((pct - 100.0 * gops / mix).abs() < 1e-6 * pct, "{what}");
+            } else {
+                assert!(row["kquant_mix_pct"].is_null(), "{what}");
+            }
             positive(&row["time"]["median_s"], &what);
             assert!(row["time"]["min_s"].as_f64() <= row["time"]["median_s"].as_f64());
             positive(&row["weight_bytes"], &what);

@@ -1,5 +1,6 @@
 //! The machine's ceilings, measured on every thread at once: the int8 dot-product rate,
-//! the f32 FMA rate and the memory read bandwidth. Each is the best of a few timed
+//! the rate of the k-quant tiles' instruction mix, the f32 FMA rate and the memory read
+//! bandwidth. Each is the best of a few timed
 //! repetitions (a ceiling is what the machine *can* do; a slower repetition only means
 //! something else had the core).
 
@@ -27,6 +28,11 @@ pub(crate) struct CeilingPlan {
 pub struct Ceilings {
     pub threads: usize,
     pub int8: Int8Ceiling,
+    /// The k-quant tiles' per-token instruction mix ([`microkernels::kquant_mix_loop`]):
+    /// the rate they could reach if unpacking and the float steps cost nothing (absent
+    /// from reports written before it was measured).
+    #[serde(default)]
+    pub int8_kquant_mix: Option<Int8Ceiling>,
     pub f32_fma: FmaCeiling,
     pub memory: MemoryCeiling,
 }
@@ -69,6 +75,11 @@ pub(crate) fn measure(plan: &CeilingPlan, step: &mut dyn FnMut(&str)) -> Ceiling
         black_box(microkernels::int8_loop(i8_isa, iters));
         2 * iters * i8_isa.macs_per_iter()
     });
+    step("ceiling: k-quant mix");
+    let mix_ops = best_rate(plan, |iters| {
+        black_box(microkernels::kquant_mix_loop(i8_isa, iters));
+        2 * iters * i8_isa.kquant_mix_macs_per_iter()
+    });
     step("ceiling: f32 fma");
     let fma_isa = FmaIsa::of(table);
     let flops = best_rate(plan, |iters| {
@@ -84,6 +95,11 @@ pub(crate) fn measure(plan: &CeilingPlan, step: &mut dyn FnMut(&str)) -> Ceiling
             instruction: i8_isa.instruction().to_owned(),
             gops: int8_ops / 1e9,
         },
+        int8_kquant_mix: Some(Int8Ceiling {
+            isa: i8_isa,
+            instruction: i8_isa.kquant_mix().to_owned(),
+            gops: mix_ops / 1e9,
+        }),
         f32_fma: FmaCeiling {
             isa: fma_isa,
             instruction: fma_isa.instruction().to_owned(),
@@ -192,7 +208,8 @@ mod tests {
         };
         let mut steps = vec![];
         let c = measure(&plan, &mut |s| steps.push(s.to_owned()));
-        assert_eq!(steps.len(), 3);
+        assert_eq!(steps.len(), 4);
+        assert!(c.int8_kquant_mix.as_ref().is_some_and(|m| m.gops > 0.0));
         assert!(c.int8.gops > 0.0 && c.f32_fma.gflops > 0.0 && c.memory.gb_per_s > 0.0);
         assert_eq!(c.memory.buffer_bytes, 1 << 20);
     }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use kiln_backend::{matmul, MatmulScratch, QMatrix, ThreadPool, WeightBytes};
+use kiln_kernels::packed::PackedType;
 use kiln_kernels::{KernelTable, WeightType};
 use serde::{Deserialize, Serialize};
 
@@ -131,6 +132,10 @@ pub struct MatmulRow {
     pub gops: f64,
     /// `gops` as a percentage of the int8 ceiling.
     pub int8_ceiling_pct: f64,
+    /// Packed k-quants at more than one token (compute-bound): `gops` as a percentage of
+    /// the k-quant mix ceiling, the rate of their inner loop alone.
+    #[serde(default)]
+    pub kquant_mix_pct: Option<f64>,
     /// Batch 1 only: weight bytes read per second (median call), / 10⁹.
     pub weight_gb_per_s: Option<f64>,
     /// Batch 1 only: `weight_gb_per_s` as a percentage of the memory ceiling.
@@ -192,6 +197,7 @@ pub(crate) fn measure(
         _ => kernel.ty.row_bytes(shape.cols).unwrap_or(0) * shape.rows,
     };
     let mut scratch = MatmulScratch::new();
+    let k_quant = kernel.packed && PackedType::for_weight(kernel.ty).is_some_and(|p| p.is_k());
     let mut rows = Vec::with_capacity(token_counts.len());
     for &tokens in token_counts {
         step(&format!(
@@ -222,6 +228,12 @@ pub(crate) fn measure(
             time,
             gops,
             int8_ceiling_pct: 100.0 * gops / env.ceilings.int8.gops,
+            kquant_mix_pct: env
+                .ceilings
+                .int8_kquant_mix
+                .as_ref()
+                .filter(|_| k_quant && tokens > 1)
+                .map(|mix| 100.0 * gops / mix.gops),
             weight_gb_per_s,
             bandwidth_pct: weight_gb_per_s.map(|g| 100.0 * g / env.ceilings.memory.gb_per_s),
         });

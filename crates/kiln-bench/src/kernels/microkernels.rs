@@ -1,5 +1,6 @@
 //! The micro-kernels that measure the machine's ceilings: tight loops on registers for
-//! the int8 dot-product and f32 FMA rates, and a streaming sum for memory bandwidth.
+//! the int8 dot-product and f32 FMA rates, the k-quant tiles' per-token instruction mix,
+//! and a streaming sum for memory bandwidth.
 //!
 //! Every loop carries each accumulator from one iteration to the next, so the compiler
 //! can neither hoist the arithmetic out of the loop nor drop it, and runs enough
@@ -14,6 +15,11 @@ use serde::{Deserialize, Serialize};
 
 /// Independent `vpmaddubsw` chains of the AVX2 int8 ceiling loop.
 const MADDUBS_CHAINS: usize = 12;
+
+/// Tokens of the k-quant mix loops: as many as keep their sums in registers beside the
+/// eight weight vectors (AVX2 has 16 registers, AVX-512 32).
+const MIX_TOKENS_AVX2: usize = 4;
+const MIX_TOKENS_AVX512: usize = 8;
 
 /// The instructions an int8 ceiling was measured with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +76,25 @@ impl Int8Isa {
             Self::Scalar => 8,
         }
     }
+
+    /// What the report calls [`kquant_mix_loop`]'s instructions: per 32-element
+    /// sub-block, 8 rows (AVX2) or 16 (AVX-512) and one token.
+    pub fn kquant_mix(self) -> &'static str {
+        match self {
+            Self::Avx512Vnni => "8 vpdpbusd + vpmulld + vpaddd zmm, 8 broadcasts",
+            Self::Avx2 => "8 vpmaddubsw + 7 vpaddw + vpmaddwd + vpaddd ymm, 8 broadcasts",
+            Self::Scalar => "scalar i8 multiply-add",
+        }
+    }
+
+    /// Multiply-adds one iteration of [`kquant_mix_loop`] performs.
+    pub fn kquant_mix_macs_per_iter(self) -> u64 {
+        match self {
+            Self::Avx512Vnni => MIX_TOKENS_AVX512 as u64 * 8 * 64,
+            Self::Avx2 => MIX_TOKENS_AVX2 as u64 * 8 * 32,
+            Self::Scalar => 8,
+        }
+    }
 }
 
 impl FmaIsa {
@@ -112,6 +137,25 @@ pub fn int8_loop(isa: Int8Isa, iters: u64) -> i64 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Int8Isa::of` gives `Avx2` only for the AVX2 table, which needs AVX2.
         Int8Isa::Avx2 => unsafe { x86::maddubs_loop(iters) },
+        _ => scalar_int8_loop(iters),
+    }
+}
+
+/// Runs `iters` iterations of the k-quant tiles' inner loop for `isa` on registers and
+/// L1: per token and sub-block, eight broadcast activation words against eight weight
+/// vectors, the products summed and scaled as the packed k-quant kernels do. Its rate
+/// bounds theirs more tightly than [`int8_loop`]'s: on Zen 4 AVX2's `vpaddw` shares the
+/// multiply ports, so the mix runs at about 70% of `vpmaddubsw` alone. Returns a
+/// checksum; `isa` as for [`int8_loop`].
+pub fn kquant_mix_loop(isa: Int8Isa, iters: u64) -> i64 {
+    let acts: [i32; 64] = std::array::from_fn(|i| 0x0102_0304 * (i as i32 + 1));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `int8_loop`; AVX-512 BW comes with the AVX-512 table.
+        Int8Isa::Avx512Vnni => unsafe { x86::vnni_mix_loop(iters, &acts) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `int8_loop`.
+        Int8Isa::Avx2 => unsafe { x86::maddubs_mix_loop(iters, &acts) },
         _ => scalar_int8_loop(iters),
     }
 }
@@ -230,6 +274,130 @@ mod x86 {
         i64::from(_mm256_extract_epi16::<0>(total))
     }
 
+    /// The AVX2 k-quant token loop: [`MIX_TOKENS_AVX2`](super::MIX_TOKENS_AVX2) tokens'
+    /// sub-block sums, each 8 `vpmaddubsw` of a broadcast word, summed by `vpaddw`,
+    /// widened and scaled by `vpmaddwd` and added into the token's int32 sums.
+    ///
+    /// Written in assembly because this is a ceiling: the weights, scale and sums take 13
+    /// of the 16 registers, and compiled from intrinsics the loop spilled and measured a
+    /// third below the same instructions scheduled by hand.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn maddubs_mix_loop(iters: u64, acts: &[i32; 64]) -> i64 {
+        /// One token: its 8 activation words at `[{a} + off]`, the sum into `acc`.
+        macro_rules! token {
+            ($off:literal, $acc:literal) => {
+                concat!(
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    "]\n",
+                    "vpmaddubsw ymm13, ymm0, ymm14\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 4]\n",
+                    "vpmaddubsw ymm15, ymm1, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 8]\n",
+                    "vpmaddubsw ymm15, ymm2, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 12]\n",
+                    "vpmaddubsw ymm15, ymm3, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 16]\n",
+                    "vpmaddubsw ymm15, ymm4, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 20]\n",
+                    "vpmaddubsw ymm15, ymm5, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 24]\n",
+                    "vpmaddubsw ymm15, ymm6, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + 28]\n",
+                    "vpmaddubsw ymm15, ymm7, ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                    "vpmaddwd ymm13, ymm13, ymm12\n",
+                    "vpaddd ",
+                    $acc,
+                    ", ",
+                    $acc,
+                    ", ymm13\n",
+                )
+            };
+        }
+        let w: [__m256i; 8] = std::array::from_fn(|k| _mm256_set1_epi8(black_box(k as i8 + 1)));
+        let scale = _mm256_set1_epi32(black_box(0x0003_0003));
+        let mut sums = [_mm256_setzero_si256(); 4];
+        if iters > 0 {
+            // SAFETY: the loop reads the 4·8 words at `acts` (of 64) and writes only the
+            // named registers; AVX2 is enabled on this function.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    token!(0, "ymm8"),
+                    token!(32, "ymm9"),
+                    token!(64, "ymm10"),
+                    token!(96, "ymm11"),
+                    "dec {n}",
+                    "jnz 2b",
+                    a = in(reg) acts.as_ptr(),
+                    n = inout(reg) iters => _,
+                    in("ymm0") w[0], in("ymm1") w[1], in("ymm2") w[2], in("ymm3") w[3],
+                    in("ymm4") w[4], in("ymm5") w[5], in("ymm6") w[6], in("ymm7") w[7],
+                    inout("ymm8") sums[0], inout("ymm9") sums[1],
+                    inout("ymm10") sums[2], inout("ymm11") sums[3],
+                    in("ymm12") scale,
+                    out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                    options(nostack, readonly),
+                );
+            }
+        }
+        let total = sums
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, &r| _mm256_add_epi32(s, r));
+        i64::from(_mm256_extract_epi32::<0>(total))
+    }
+
+    /// The AVX-512 k-quant token loop: [`MIX_TOKENS_AVX512`](super::MIX_TOKENS_AVX512)
+    /// tokens' sub-block sums, each 8 `vpdpbusd` of a broadcast word, scaled by `vpmulld`
+    /// and added into the token's int32 sums (as [`maddubs_mix_loop`]).
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub(super) fn vnni_mix_loop(iters: u64, acts: &[i32; 64]) -> i64 {
+        const T: usize = super::MIX_TOKENS_AVX512;
+        let w: [__m512i; 8] = std::array::from_fn(|k| _mm512_set1_epi8(black_box(k as i8 + 1)));
+        let scale = _mm512_set1_epi32(black_box(3));
+        let mut sums = [_mm512_setzero_si512(); T];
+        for _ in 0..iters {
+            // Through `black_box`, so the loads can't be hoisted out of the loop.
+            let a = black_box(acts.as_ptr());
+            let mut dots = [_mm512_setzero_si512(); T];
+            for (k, &wk) in w.iter().enumerate() {
+                for (t, dot) in dots.iter_mut().enumerate() {
+                    // SAFETY: 8·7 + 7 = 63 < 64 words of `acts`.
+                    let word = _mm512_set1_epi32(unsafe { a.add(8 * t + k).read() });
+                    *dot = _mm512_dpbusd_epi32(*dot, wk, word);
+                }
+            }
+            for (sum, dot) in sums.iter_mut().zip(dots) {
+                *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
+            }
+        }
+        let total = sums
+            .iter()
+            .fold(_mm512_setzero_si512(), |s, &r| _mm512_add_epi32(s, r));
+        i64::from(_mm512_reduce_add_epi32(total))
+    }
+
     /// 16 chains of `acc = acc·m + c` (latency 4, 2 per cycle: 8 would do; 16 leave
     /// headroom). `m < 1` keeps every value finite and normal.
     #[target_feature(enable = "avx512f")]
@@ -336,6 +504,7 @@ mod tests {
         let table = kiln_kernels::KernelTable::best().isa();
         let i8_isa = Int8Isa::of(table);
         assert_eq!(int8_loop(i8_isa, 3), int8_loop(i8_isa, 3));
+        assert_eq!(kquant_mix_loop(i8_isa, 5), kquant_mix_loop(i8_isa, 5));
         assert!(fma_loop(FmaIsa::of(table), 100).is_finite());
         assert!(fma_loop(FmaIsa::Scalar, 100).is_finite());
         assert_ne!(int8_loop(Int8Isa::Scalar, 1), int8_loop(Int8Isa::Scalar, 0));
@@ -345,6 +514,12 @@ mod tests {
             // SAFETY: the CPU has AVX2 and FMA (checked just above): the fallbacks run too.
             let (a, b) = unsafe { (x86::maddubs_loop(3), x86::fma256_loop(100)) };
             assert_eq!(a, unsafe { x86::maddubs_loop(3) });
+            let acts = [0x0102_0304; 64];
+            // SAFETY: as above.
+            let m = unsafe { x86::maddubs_mix_loop(2, &acts) };
+            // A token's sub-block: bytes 4, 3, 2, 1 against weights k + 1 for k < 8 sum to
+            // 10·36 per row, times the scale 3; 4 tokens, 2 iterations.
+            assert_eq!(m, 2 * 4 * 10 * 36 * 3);
             assert!(b.is_finite());
         }
     }

@@ -81,6 +81,13 @@ impl KernelReport {
             "| int8 dot product | {} | {:.1} GOPS |",
             c.int8.instruction, c.int8.gops
         );
+        if let Some(mix) = &c.int8_kquant_mix {
+            let _ = writeln!(
+                t,
+                "| int8 k-quant mix | {} | {:.1} GOPS |",
+                mix.instruction, mix.gops
+            );
+        }
         let _ = writeln!(
             t,
             "| f32 FMA | {} | {:.1} GFLOPS |",
@@ -94,13 +101,13 @@ impl KernelReport {
         );
         let _ = writeln!(
             t,
-            "| kernel | rows×cols | role | tokens | time/call | GOPS | % int8 ceiling | weights GB/s | % bandwidth |"
+            "| kernel | rows×cols | role | tokens | time/call | GOPS | % int8 ceiling | % k-quant mix | weights GB/s | % bandwidth |"
         );
-        let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|");
         for r in &self.matmul {
             let _ = writeln!(
                 t,
-                "| {} | {}×{} | {} | {} | {} | {:.1} | {:.1}% | {} | {} |",
+                "| {} | {}×{} | {} | {} | {} | {:.1} | {:.1}% | {} | {} | {} |",
                 r.kernel,
                 r.rows,
                 r.cols,
@@ -109,6 +116,8 @@ impl KernelReport {
                 duration(r.time.median_s),
                 r.gops,
                 r.int8_ceiling_pct,
+                r.kquant_mix_pct
+                    .map_or(String::new(), |v| format!("{v:.0}%")),
                 r.weight_gb_per_s
                     .map_or(String::new(), |v| format!("{v:.1}")),
                 r.bandwidth_pct
