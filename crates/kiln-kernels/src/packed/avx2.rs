@@ -80,10 +80,11 @@ unsafe fn gemm<const TY: u8>(
         return;
     }
     // Each half takes the whole tile of up to `TILE_TOKENS` tokens, so its weights are
-    // unpacked once per call and not once per 4 tokens. The tokens' int32 sums don't all
-    // fit in 16 registers beside the eight weight vectors, but the spilled ones are
-    // touched once per sub-block, while each unpacking serves twice the tokens: at 8
-    // tokens q6_K runs 7–16% faster, q4_K and q5_K 2–6% (`docs/BENCHMARKS.md`, session 28).
+    // unpacked once per call. The tokens' int32 sums don't fit in 16 registers beside
+    // the eight weight vectors, but the spilled ones are touched once per sub-block,
+    // while each unpacking serves more tokens: 8 tokens against 4 made q6_K 7–16% faster
+    // and q4_K 2–6% (session 28), 16 against 8 q4_K 5–9% more (session 33; both in
+    // `docs/BENCHMARKS.md`).
     for half in 0..2 {
         let args = args(half);
         let dst = &mut out[..n_tokens];
@@ -98,6 +99,14 @@ unsafe fn gemm<const TY: u8>(
                 6 => tile::<TY, 6, 1>(args, dst),
                 7 => tile::<TY, 7, 1>(args, dst),
                 8 => tile::<TY, 8, 1>(args, dst),
+                9 => tile::<TY, 9, 1>(args, dst),
+                10 => tile::<TY, 10, 1>(args, dst),
+                11 => tile::<TY, 11, 1>(args, dst),
+                12 => tile::<TY, 12, 1>(args, dst),
+                13 => tile::<TY, 13, 1>(args, dst),
+                14 => tile::<TY, 14, 1>(args, dst),
+                15 => tile::<TY, 15, 1>(args, dst),
+                16 => tile::<TY, 16, 1>(args, dst),
                 // One token took the both-halves path above; none is nothing to do.
                 _ => {}
             }
