@@ -98,6 +98,8 @@ struct Packed {
     /// Made at load (owned), or a previous load's copy mapped from the pack cache.
     bytes: WeightBytes,
     gemm: PackedGemmFn,
+    /// Most tokens per kernel call ([`KernelTable::packed_tile_tokens`]).
+    tile_tokens: usize,
 }
 
 /// Scratch reused between matmuls: quantized activations and their block scales.
@@ -140,6 +142,7 @@ impl QMatrix {
         let Some((ty, gemm, len)) = self.packed_kernel(kt) else {
             return false;
         };
+        let tile_tokens = kt.packed_tile_tokens();
         let (rows, cols, src) = (self.rows, self.cols, self.data.bytes());
         let group_bytes = ty.group_bytes(cols);
         let mut bytes = vec![0u8; len];
@@ -162,6 +165,7 @@ impl QMatrix {
                 len,
             },
             gemm,
+            tile_tokens,
         });
         true
     }
@@ -192,7 +196,12 @@ impl QMatrix {
         if bytes.bytes().len() != len {
             return false;
         }
-        self.packed = Some(Packed { ty, bytes, gemm });
+        self.packed = Some(Packed {
+            ty,
+            bytes,
+            gemm,
+            tile_tokens: kt.packed_tile_tokens(),
+        });
         true
     }
 
@@ -367,7 +376,7 @@ fn matmul_packed(
     // Tiles of even size (9 tokens as 5 + 4, not 8 + 1): a kernel call unpacks each
     // weight block once for its tile, so a 1-token tail pays nearly a full tile's
     // unpacking for one token. A speculative verify step is often just over a tile.
-    let tiles = n_tokens.div_ceil(TILE_TOKENS);
+    let tiles = n_tokens.div_ceil(p.tile_tokens);
     let block_groups = (block_bytes / group_bytes).max(1);
     // Consecutive groups per task, so each thread streams long runs of memory (the
     // prefetchers lose a stream at every jump) while tasks stay small enough to balance.
@@ -419,7 +428,8 @@ mod tests {
 
     /// Blocks of groups only reorder the (group, tile) calls: any block size gives every
     /// output, the same bits. 71 groups make tasks of 4 groups on two threads, so blocks
-    /// of 1 and 3 groups split them (a ragged last block too); 21 tokens make 3 tiles.
+    /// of 1 and 3 groups split them (a ragged last block too); 21 tokens make 2 or 3
+    /// tiles (AVX2 and AVX-512).
     #[test]
     fn weight_blocks_change_no_output() {
         let kt = KernelTable::best();

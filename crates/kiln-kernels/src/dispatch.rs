@@ -252,6 +252,16 @@ impl KernelTable {
     pub fn packed_gemm(&self, ty: PackedType) -> Option<PackedGemmFn> {
         self.packed[ty as usize]
     }
+
+    /// Most tokens a call of this table's packed kernels runs as one tile, so callers
+    /// split larger batches evenly into tiles of at most this many (every kernel takes up
+    /// to [`packed::TILE_TOKENS`]).
+    pub fn packed_tile_tokens(&self) -> usize {
+        match self.isa() {
+            Isa::Avx512 => packed::AVX512_REGISTER_TILE,
+            _ => packed::TILE_TOKENS,
+        }
+    }
 }
 
 /// The scalar reference of the packed kernel for `ty` (tests compare every ISA with it).

@@ -279,8 +279,8 @@ mod x86 {
     /// widened and scaled by `vpmaddwd` and added into the token's int32 sums.
     ///
     /// Written in assembly because this is a ceiling: the weights, scale and sums take 13
-    /// of the 16 registers, and compiled from intrinsics the loop spilled and measured a
-    /// third below the same instructions scheduled by hand.
+    /// of the 16 registers, and compiled from intrinsics the loop spilled some of them,
+    /// adding loads and stores the mix doesn't have.
     #[target_feature(enable = "avx2")]
     pub(super) fn maddubs_mix_loop(iters: u64, acts: &[i32; 64]) -> i64 {
         /// One token: its 8 activation words at `[{a} + off]`, the sum into `acc`.

@@ -5,13 +5,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{check_gemm, PackedType, PACK_ROWS, SUB, TILE_TOKENS};
+use super::{check_gemm, PackedType, AVX512_REGISTER_TILE, PACK_ROWS, SUB, TILE_TOKENS};
 
 type Out = [[f32; PACK_ROWS]; TILE_TOKENS];
-
-/// Most tokens of one register tile: 8 weight vectors and 8 tokens' int32 sums, float
-/// sums and temporaries fill the 32 registers, so a call of more tokens runs as two.
-const REGISTER_TILE: usize = 8;
 
 /// Generates the checked entry point of one type: `$ty`'s tile kernel for exactly
 /// `n_tokens` tokens.
@@ -34,39 +30,20 @@ macro_rules! entry {
             const TY: u8 = PackedType::$ty as u8;
             check_gemm(PackedType::$ty, cols, group, acts, act_row_bytes, scales, n_tokens);
             let nb = cols / PackedType::$ty.block_elems();
-            // `n` tokens from token `t0` in one register tile.
-            let run = |t0: usize, n: usize, out: &mut [[f32; PACK_ROWS]]| {
-                let args = (
-                    nb,
-                    group.as_ptr(),
-                    acts.as_ptr().wrapping_add(t0 * act_row_bytes),
-                    act_row_bytes,
-                    scales.as_ptr().wrapping_add(t0 * nb),
-                );
-                // SAFETY: the sizes were checked above; a tile reads `nb` packed blocks
-                // and, per token, `nb` activation blocks and scales, all of them within
-                // the first `n_tokens` rows.
-                unsafe {
-                    match n {
-                        1 => tile::<TY, 1>(args, out),
-                        2 => tile::<TY, 2>(args, out),
-                        3 => tile::<TY, 3>(args, out),
-                        4 => tile::<TY, 4>(args, out),
-                        5 => tile::<TY, 5>(args, out),
-                        6 => tile::<TY, 6>(args, out),
-                        7 => tile::<TY, 7>(args, out),
-                        8 => tile::<TY, 8>(args, out),
-                        _ => {}
-                    }
-                }
+            let args = |t0: usize| -> Args {
+                let acts = acts.as_ptr().wrapping_add(t0 * act_row_bytes);
+                (nb, group.as_ptr(), acts, act_row_bytes, scales.as_ptr().wrapping_add(t0 * nb))
             };
-            if n_tokens <= REGISTER_TILE {
-                run(0, n_tokens, &mut out[..]);
+            // SAFETY (both arms): the sizes were checked above; a tile reads `nb` packed
+            // blocks and, per token, `nb` activation blocks and scales, all of them within
+            // the first `n_tokens` rows.
+            if n_tokens <= AVX512_REGISTER_TILE {
+                unsafe { register_tile::<TY>(args(0), n_tokens, out) };
             } else {
                 let first = n_tokens.div_ceil(2);
                 let (a, b) = out.split_at_mut(first);
-                run(0, first, a);
-                run(first, n_tokens - first, b);
+                unsafe { register_tile::<TY>(args(0), first, a) };
+                unsafe { register_tile::<TY>(args(first), n_tokens - first, b) };
             }
         }
     )*};
@@ -84,6 +61,29 @@ entry!(
 
 /// Blocks, packed group, activation rows, activation row bytes, scales.
 type Args = (usize, *const u8, *const u8, usize, *const [f32; 2]);
+
+/// `n` (1 to [`AVX512_REGISTER_TILE`]) tokens in one register tile.
+///
+/// # Safety
+/// As [`tile`], for `n` tokens.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+unsafe fn register_tile<const TY: u8>(args: Args, n: usize, out: &mut [[f32; PACK_ROWS]]) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match n {
+            1 => tile::<TY, 1>(args, out),
+            2 => tile::<TY, 2>(args, out),
+            3 => tile::<TY, 3>(args, out),
+            4 => tile::<TY, 4>(args, out),
+            5 => tile::<TY, 5>(args, out),
+            6 => tile::<TY, 6>(args, out),
+            7 => tile::<TY, 7>(args, out),
+            8 => tile::<TY, 8>(args, out),
+            _ => {}
+        }
+    }
+}
 
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX-512VL, AVX-512VNNI and F16C; `args` must

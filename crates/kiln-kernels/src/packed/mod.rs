@@ -58,6 +58,12 @@ pub const PACK_ROWS: usize = 16;
 /// them as two register tiles of 8).
 pub const TILE_TOKENS: usize = 16;
 
+/// Most tokens of one AVX-512 register tile: 8 weight vectors and 8 tokens' int32 sums,
+/// float sums and temporaries fill the 32 registers, so the kernel runs a call of more
+/// tokens as two, and callers are better served by tiles of this size
+/// ([`crate::KernelTable::packed_tile_tokens`]): 20 tokens as 7 + 7 + 6, not 5 + 5 + 5 + 5.
+pub(crate) const AVX512_REGISTER_TILE: usize = 8;
+
 /// Elements of a sub-block: the unit the nibble and high-bit vectors cover.
 pub(crate) const SUB: usize = 32;
 
