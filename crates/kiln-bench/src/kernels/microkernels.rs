@@ -283,6 +283,23 @@ mod x86 {
     /// adding loads and stores the mix doesn't have.
     #[target_feature(enable = "avx2")]
     pub(super) fn maddubs_mix_loop(iters: u64, acts: &[i32; 64]) -> i64 {
+        /// Word `k` (a byte offset) of the token at `[{a} + off]` times weight vector `w`,
+        /// added into the token's int16 sums (`ymm13`).
+        macro_rules! word {
+            ($off:literal, $k:literal, $w:literal) => {
+                concat!(
+                    "vpbroadcastd ymm14, dword ptr [{a} + ",
+                    $off,
+                    " + ",
+                    $k,
+                    "]\n",
+                    "vpmaddubsw ymm15, ",
+                    $w,
+                    ", ymm14\n",
+                    "vpaddw ymm13, ymm13, ymm15\n",
+                )
+            };
+        }
         /// One token: its 8 activation words at `[{a} + off]`, the sum into `acc`.
         macro_rules! token {
             ($off:literal, $acc:literal) => {
@@ -291,41 +308,13 @@ mod x86 {
                     $off,
                     "]\n",
                     "vpmaddubsw ymm13, ymm0, ymm14\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 4]\n",
-                    "vpmaddubsw ymm15, ymm1, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 8]\n",
-                    "vpmaddubsw ymm15, ymm2, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 12]\n",
-                    "vpmaddubsw ymm15, ymm3, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 16]\n",
-                    "vpmaddubsw ymm15, ymm4, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 20]\n",
-                    "vpmaddubsw ymm15, ymm5, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 24]\n",
-                    "vpmaddubsw ymm15, ymm6, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
-                    "vpbroadcastd ymm14, dword ptr [{a} + ",
-                    $off,
-                    " + 28]\n",
-                    "vpmaddubsw ymm15, ymm7, ymm14\n",
-                    "vpaddw ymm13, ymm13, ymm15\n",
+                    word!($off, 4, "ymm1"),
+                    word!($off, 8, "ymm2"),
+                    word!($off, 12, "ymm3"),
+                    word!($off, 16, "ymm4"),
+                    word!($off, 20, "ymm5"),
+                    word!($off, 24, "ymm6"),
+                    word!($off, 28, "ymm7"),
                     "vpmaddwd ymm13, ymm13, ymm12\n",
                     "vpaddd ",
                     $acc,
