@@ -294,7 +294,7 @@ pub fn matmul_same_input(
         if let Some(p) = packed {
             // SAFETY: as above; `scales` holds `nb` entries per token.
             let s = unsafe { scales_ptr.slice_mut(t * nb, nb) };
-            packed::act_scales_row(p.ty, a, s);
+            packed::prepare_act_row(p.ty, a, s);
         }
     };
     if !reuse {

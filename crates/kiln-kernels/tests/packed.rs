@@ -104,16 +104,18 @@ fn check(c: Case) -> Result<(), TestCaseError> {
         c.rows.div_ceil(PACK_ROWS) * c.ty.group_bytes(c.cols)
     );
     let nb = c.cols / c.ty.block_elems();
+    // The packed kernels read rows prepared for their type; `vec_dot` reads `acts`.
+    let mut prepared = acts.clone();
     let mut scales = vec![[0f32; 2]; c.n_tokens * nb];
     for (t, s) in scales.chunks_exact_mut(nb).enumerate() {
-        packed::act_scales_row(c.ty, &acts[t * act_row..][..act_row], s);
+        packed::prepare_act_row(c.ty, &mut prepared[t * act_row..][..act_row], s);
     }
 
     let reference = run(
         packed::reference(c.ty),
         &c,
         &packed,
-        &acts,
+        &prepared,
         &scales,
         TILE_TOKENS,
     );
@@ -137,7 +139,7 @@ fn check(c: Case) -> Result<(), TestCaseError> {
             continue;
         };
         for tile in [TILE_TOKENS, 3, 1] {
-            let got = run(kernel, &c, &packed, &acts, &scales, tile);
+            let got = run(kernel, &c, &packed, &prepared, &scales, tile);
             prop_assert!(
                 got.iter()
                     .zip(&reference)

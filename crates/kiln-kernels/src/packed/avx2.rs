@@ -404,24 +404,18 @@ unsafe fn tile_k<const TY: u8, const T: usize, const H: usize>(args: Args) -> [[
                         *ia = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(*ia));
                     }
                 } else {
-                    // Σ_s m_s·B_s, two sub-blocks per `vpmaddwd`, as the AVX-512 kernel does
-                    // with `vpdpwssd`.
+                    // Σ_s m_s·B_s, two sub-blocks per `vpmaddwd` (lane r: row r's (m_2k,
+                    // m_2k+1) against the token's prepared (B_2k, B_2k+1)), as the AVX-512
+                    // kernel does with `vpdpwssd`.
                     let mins = |s: usize| u8x8(blk.add(ty.mins_offset() + PACK_ROWS * s), half);
                     let m: [__m256i; 4] = std::array::from_fn(|k| {
                         _mm256_or_si256(mins(2 * k), _mm256_slli_epi32::<16>(mins(2 * k + 1)))
                     });
-                    let ones = _mm256_set1_epi16(1);
                     let dmin = f16x8(blk.add(ty.m_offset()), half);
                     for (t, acc_t) in acc.iter_mut().enumerate() {
-                        let sums = _mm256_loadu_si256(act(t).add(ty.act_bsums_offset()).cast());
-                        let per_sub = _mm256_madd_epi16(sums, ones);
-                        // (B_0, B_1) … (B_6, B_7) as the 32-bit words 0, 1, 4 and 5.
-                        let pairs = _mm256_packs_epi32(per_sub, per_sub);
-                        let mut ma = _mm256_setzero_si256();
-                        for (k, mk) in m.iter().enumerate() {
-                            let word = [0, 1, 4, 5][k];
-                            let bk = _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(word));
-                            ma = _mm256_add_epi32(ma, _mm256_madd_epi16(*mk, bk));
+                        let mut ma = _mm256_madd_epi16(m[0], bsums(t, 0));
+                        for (k, mk) in m.iter().enumerate().skip(1) {
+                            ma = _mm256_add_epi32(ma, _mm256_madd_epi16(*mk, bsums(t, k)));
                         }
                         let [dy, _] = *scales.add(t * nb + b);
                         let dm = _mm256_mul_ps(dmin, _mm256_set1_ps(dy));

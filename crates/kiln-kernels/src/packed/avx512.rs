@@ -339,8 +339,8 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
             } else {
                 // Σ_s m_s·B_s, two sub-blocks per `vpdpwssd`: lane r holds (m_2k, m_2k+1) of
                 // its row against the token's (B_2k, B_2k+1), where B_s is sub-block s's sum
-                // of 32 quants. q8_K's block sums are the sums of their quants, so |B_s| ≤
-                // 32·128 and B_s is an exact int16.
+                // of 32 quants, which `prepare_act_row` put in place of q8_K's block sums
+                // (|B_s| ≤ 32·127, an exact int16).
                 let mins = |s: usize| {
                     _mm512_cvtepu8_epi32(_mm_loadu_si128(
                         blk.add(ty.mins_offset() + PACK_ROWS * s).cast(),
@@ -349,17 +349,11 @@ unsafe fn tile_k<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
                 let m: [__m512i; 4] = std::array::from_fn(|k| {
                     _mm512_or_si512(mins(2 * k), _mm512_slli_epi32::<16>(mins(2 * k + 1)))
                 });
-                let ones = _mm256_set1_epi16(1);
                 let dmin = f16x16(blk.add(ty.m_offset()));
                 for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let sums = _mm256_loadu_si256(act(t).add(ty.act_bsums_offset()).cast());
-                    let per_sub = _mm256_madd_epi16(sums, ones);
-                    // (B_0, B_1) … (B_6, B_7) as the 32-bit words 0, 1, 4 and 5.
-                    let pairs = _mm512_castsi256_si512(_mm256_packs_epi32(per_sub, per_sub));
                     let mut ma = _mm512_setzero_si512();
                     for (k, mk) in m.iter().enumerate() {
-                        let word = _mm512_set1_epi32([0, 1, 4, 5][k]);
-                        ma = _mm512_dpwssd_epi32(ma, *mk, _mm512_permutexvar_epi32(word, pairs));
+                        ma = _mm512_dpwssd_epi32(ma, *mk, bsums(t, k));
                     }
                     let [dy, _] = *scales.add(t * nb + b);
                     let dm = _mm512_mul_ps(dmin, _mm512_set1_ps(dy));

@@ -199,7 +199,8 @@ impl PackedType {
         }
     }
 
-    /// Offset of q8_K's 16-element block sums in one activation block.
+    /// Offset of q8_K's 16-element block sums in one activation block (for q4_K and q5_K,
+    /// of the 32-element sums [`prepare_act_row`] puts there).
     pub(crate) const fn act_bsums_offset(self) -> usize {
         4 + QK_K
     }
@@ -217,7 +218,7 @@ impl PackedType {
 
 /// `gemm(cols, group, acts, act_row_bytes, scales, n_tokens, out)`: for the `n_tokens ≤
 /// TILE_TOKENS` activation rows starting at `acts` (each `act_row_bytes` long, quantized
-/// for the weight type) and their block scales ([`act_scales_row`], one row per token),
+/// for the weight type) and their block scales ([`prepare_act_row`], one row per token),
 /// writes `out[t][i]` = row `i` of the packed `group` · token `t`.
 pub type PackedGemmFn = fn(
     cols: usize,
@@ -270,17 +271,34 @@ pub fn pack_group(
     Some(())
 }
 
-/// Per block of one quantized activation row, what the packed kernels read besides the
-/// values: for q4_1 weights (q8_1 activations) the block's `d` and `s = d·Σq`; for the
-/// offset types (q4_0, q5_0, q8_0 over q8_0 activations) its `d` and `offset·Σq` (exact
-/// in f32), which undoes the weights' zero point; for the k-quants (q8_K) its `d` and 0
-/// (they read the block sums from the row). `out` has one entry per block.
-pub fn act_scales_row(ty: PackedType, act_row: &[u8], out: &mut [[f32; 2]]) {
+/// Prepares one quantized activation row for the packed kernels of `ty` and writes, per
+/// block, what they read besides the values: for q4_1 weights (q8_1 activations) the
+/// block's `d` and `s = d·Σq`; for the offset types (q4_0, q5_0, q8_0 over q8_0
+/// activations) its `d` and `offset·Σq` (exact in f32), which undoes the weights' zero
+/// point; for the k-quants (q8_K) its `d` and 0. `out` has one entry per block.
+///
+/// For q4_K and q5_K it also replaces each q8_K block's 16 sums of 16 quants by the 8
+/// sums of 32 that their min term multiplies (`B_0 … B_7` as i16, the field's first 16
+/// bytes): the kernels broadcast them as the pairs `(B_2k, B_2k+1)` where they used to
+/// add and pair them per row group and token, 12–15% of a q4_K tile on both tables
+/// (`docs/BENCHMARKS.md`, session 35). The row then suits only this packed type, which
+/// is why the backend keys its reuse of quantized rows by packed type.
+pub fn prepare_act_row(ty: PackedType, act_row: &mut [u8], out: &mut [[f32; 2]]) {
     let blk = ty.weight().act_type().block_bytes();
-    for (b, o) in act_row.chunks_exact(blk).zip(out.iter_mut()) {
+    for (b, o) in act_row.chunks_exact_mut(blk).zip(out.iter_mut()) {
         *o = match ty {
             PackedType::Q4_1 => [f16_at(b, 0), f16_at(b, 2)],
-            PackedType::Q4_K | PackedType::Q5_K | PackedType::Q6_K => [f32_at(b, 0), 0.0],
+            PackedType::Q4_K | PackedType::Q5_K => {
+                let sums = &mut b[ty.act_bsums_offset()..][..32];
+                for s in 0..8 {
+                    let half = |k: usize| i16::from_le_bytes([sums[2 * k], sums[2 * k + 1]]);
+                    // |B_s| ≤ 32·127: an exact i16.
+                    let b_s = half(2 * s) + half(2 * s + 1);
+                    sums[2 * s..2 * s + 2].copy_from_slice(&b_s.to_le_bytes());
+                }
+                [f32_at(b, 0), 0.0]
+            }
+            PackedType::Q6_K => [f32_at(b, 0), 0.0],
             PackedType::Q4_0 | PackedType::Q5_0 | PackedType::Q8_0 => {
                 let sum: i32 = b[ty.act_qs_offset()..]
                     .iter()

@@ -101,7 +101,8 @@ fn gemm(
                             let sc = i32::from(blk[meta + PACK_ROWS * s + i]);
                             let mn = i32::from(blk[ty.mins_offset() + PACK_ROWS * s + i]);
                             isum += sc * dot(ty, blk, i, a, SUB * s, SUB);
-                            msum += mn * (bsum(ty, ab, 2 * s) + bsum(ty, ab, 2 * s + 1));
+                            // The prepared row holds B_s, sub-block s's sum of 32 quants.
+                            msum += mn * bsum(ty, ab, s);
                         }
                         let dmin = f16_at(blk, ty.m_offset() + 2 * i);
                         let acc = (-(msum as f32)).mul_add(dmin * dy, acc);
@@ -127,7 +128,8 @@ fn gemm(
     }
 }
 
-/// q8_K's sum of the 16 quants of group `k` in activation block `ab`.
+/// Field `k` of q8_K's block sums in activation block `ab`: the sum of the 16 quants of
+/// group `k`, or for q4_K and q5_K of the 32 of sub-block `k` ([`super::prepare_act_row`]).
 fn bsum(ty: PackedType, ab: &[u8], k: usize) -> i32 {
     let off = ty.act_bsums_offset() + 2 * k;
     i32::from(i16::from_le_bytes([ab[off], ab[off + 1]]))
