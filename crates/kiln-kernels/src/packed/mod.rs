@@ -280,7 +280,7 @@ pub fn pack_group(
 /// For q4_K and q5_K it also replaces each q8_K block's 16 sums of 16 quants by the 8
 /// sums of 32 that their min term multiplies (`B_0 … B_7` as i16, the field's first 16
 /// bytes): the kernels broadcast them as the pairs `(B_2k, B_2k+1)` where they used to
-/// add and pair them per row group and token, 12–15% of a q4_K tile on both tables
+/// add and pair them per row group and token, 11–15% of a q4_K tile on both tables
 /// (`docs/BENCHMARKS.md`, session 35). The row then suits only this packed type, which
 /// is why the backend keys its reuse of quantized rows by packed type.
 pub fn prepare_act_row(ty: PackedType, act_row: &mut [u8], out: &mut [[f32; 2]]) {
