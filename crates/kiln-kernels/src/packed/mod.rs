@@ -291,9 +291,11 @@ pub fn prepare_act_row(ty: PackedType, act_row: &mut [u8], out: &mut [[f32; 2]])
             PackedType::Q4_K | PackedType::Q5_K => {
                 let sums = &mut b[ty.act_bsums_offset()..][..32];
                 for s in 0..8 {
-                    let half = |k: usize| i16::from_le_bytes([sums[2 * k], sums[2 * k + 1]]);
+                    // Sums 2s and 2s+1 (bytes 4s..4s+4) are read before B_s overwrites
+                    // bytes 2s..2s+2, which only earlier sums occupied.
+                    let sum16 = |k: usize| i16::from_le_bytes([sums[2 * k], sums[2 * k + 1]]);
                     // |B_s| ≤ 32·127: an exact i16.
-                    let b_s = half(2 * s) + half(2 * s + 1);
+                    let b_s = sum16(2 * s) + sum16(2 * s + 1);
                     sums[2 * s..2 * s + 2].copy_from_slice(&b_s.to_le_bytes());
                 }
                 [f32_at(b, 0), 0.0]
