@@ -126,3 +126,55 @@ fn quick_run_writes_ceilings_and_a_row_per_kernel() {
         }
     }
 }
+
+/// `--kernels` measures only the kernels named (the ceilings and ops still run), and a
+/// name the shape set doesn't have is refused with the names it does.
+#[test]
+fn kernels_option_runs_only_the_named_kernels() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json_path = dir.path().join("kernels.json");
+    let kiln = Path::new(env!("CARGO_BIN_EXE_kiln"));
+    let out = Command::new(kiln)
+        .args(["bench", "kernels", "--quick", "--threads", "1"])
+        .args(["--kernels", "q4_1 packed, q5_0 vec_dot", "--json"])
+        .arg(&json_path)
+        .output()
+        .expect("kiln runs");
+    assert!(
+        out.status.success(),
+        "kiln bench kernels --kernels failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json_path).expect("the JSON file was written");
+    let r: Value = serde_json::from_str(&text).expect("well-formed JSON");
+    let ran = |key: &str| -> Vec<String> {
+        let mut names: Vec<String> = r[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} list"))
+            .iter()
+            .filter_map(|x| x["kernel"].as_str().map(str::to_owned))
+            .collect();
+        names.dedup();
+        names
+    };
+    let mut seen = ran("matmul");
+    seen.extend(ran("skipped"));
+    seen.sort();
+    assert_eq!(seen, ["q4_1 packed", "q5_0 vec_dot"], "{text}");
+    positive(&r["ceilings"]["int8"]["gops"], "int8 ceiling");
+    assert_eq!(r["ops"].as_array().map(Vec::len), Some(OPS.len()), "{text}");
+
+    let out = Command::new(kiln)
+        .args(["bench", "kernels", "--quick", "--kernels", "q4_1 packd"])
+        .output()
+        .expect("kiln runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a misspelt kernel ran: {stderr}");
+    assert!(
+        stderr.contains("--kernels")
+            && stderr.contains("`q4_1 packd`")
+            && stderr.contains("q4_1 packed"),
+        "{stderr}"
+    );
+}

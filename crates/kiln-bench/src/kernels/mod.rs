@@ -61,6 +61,10 @@ pub struct KernelBenchConfig {
     pub progress: bool,
     /// Which kernels at which shapes.
     pub shapes: ShapeSet,
+    /// Only these of the set's matmul kernels, by the names the report gives them
+    /// (`q4_K packed`); empty runs them all. A before/after of one kernel then takes
+    /// seconds, short enough to fit in one of a shared machine's quiet phases.
+    pub kernels: Vec<String>,
 }
 
 /// The (kernel, shape) sets `kiln bench kernels` can run.
@@ -109,6 +113,7 @@ impl KernelBenchConfig {
             memory_bytes: if quick { 64 * MIB } else { 512 * MIB },
             progress: true,
             shapes: ShapeSet::Catalogue,
+            kernels: Vec::new(),
         }
     }
 
@@ -175,7 +180,21 @@ pub fn run_kernels(config: &KernelBenchConfig) -> Result<KernelReport> {
     let load_before = machine::load_average();
     let kt = KernelTable::best();
 
-    let (planned, skipped) = plan(kt, config.shapes, config.quick);
+    let names: Vec<String> = config.shapes.kernels().iter().map(|k| k.name()).collect();
+    if let Some(unknown) = config.kernels.iter().find(|k| !names.contains(k)) {
+        return Err(Error::Option {
+            option: "--kernels",
+            reason: format!(
+                "no kernel `{unknown}` in this shape set; it has: {}",
+                names.join(", ")
+            ),
+        });
+    }
+    let (mut planned, mut skipped) = plan(kt, config.shapes, config.quick);
+    if !config.kernels.is_empty() {
+        planned.retain(|(k, _)| config.kernels.contains(&k.name()));
+        skipped.retain(|s| config.kernels.contains(&s.kernel));
+    }
     let tokens = config.token_counts();
     let steps = 3 + planned.len() * tokens.len() + ops::OPS.len();
     let bar = progress_bar(steps, config.progress);

@@ -59,6 +59,10 @@ struct KernelsArgs {
     /// Q4_K_M files: Qwen2.5-1.5B, Llama 3.2 1B/3B, Llama 3.1 8B)
     #[arg(long, value_name = "SET", default_value = "catalogue")]
     shapes: String,
+    /// Only these matmul kernels of the set, comma-separated, by the names the report
+    /// gives them, e.g. `--kernels "q4_K packed,q6_K packed"` [default: all]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    kernels: Vec<String>,
 }
 
 /// Where the requests come from.
@@ -237,6 +241,7 @@ fn kernels(args: KernelsArgs) -> anyhow::Result<()> {
         m.checked_mul(1 << 20)
             .with_context(|| format!("{flag} {m} MiB is too large"))
     };
+    config.kernels = args.kernels.iter().map(|k| k.trim().to_owned()).collect();
     if let Some(m) = args.weight_set {
         config.weight_set_bytes = mib(m, "--weight-set")?;
     }
