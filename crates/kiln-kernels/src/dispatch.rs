@@ -442,8 +442,9 @@ mod x86 {
         op_kernels::x86::AVX2,
     );
 
-    /// The AVX2 quantizers serve the AVX-512 table too: quantizing is O(n) per token
-    /// against O(n·rows) for the dots that consume it.
+    /// The AVX2 quantizers serve the AVX-512 table too, except q8_K's: quantizing is O(n)
+    /// per token against O(n·rows) for the dots that consume it, but the k-quants'
+    /// prefill runs its dots fast enough that q8_K's quantizer showed in profiles.
     const AVX2_QUANT: [QuantizeFn; 4] = [
         fp32::scalar::quantize_row_f32,
         quant!(q8_0::avx2::quantize_row_q8_0),
@@ -465,7 +466,12 @@ mod x86 {
             dot!(q5_k::avx512::vec_dot_q5_k_q8_k),
             dot!(q6_k::avx512::vec_dot_q6_k_q8_k),
         ],
-        AVX2_QUANT,
+        [
+            AVX2_QUANT[0],
+            AVX2_QUANT[1],
+            AVX2_QUANT[2],
+            quant!(q8_k::avx512::quantize_row_q8_k),
+        ],
         packed!(avx512),
         op_kernels::x86::AVX512,
     );

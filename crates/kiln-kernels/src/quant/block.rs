@@ -85,6 +85,15 @@ pub(crate) fn sub<T, const N: usize>(b: &[T], off: usize) -> &[T; N] {
     }
 }
 
+/// [`sub`] for writing.
+#[inline(always)]
+pub(crate) fn sub_mut<T, const N: usize>(b: &mut [T], off: usize) -> &mut [T; N] {
+    match b[off..off + N].first_chunk_mut::<N>() {
+        Some(a) => a,
+        None => unreachable!("a slice of length N has a first chunk of N"),
+    }
+}
+
 /// Checks a `vec_dot` call; returns the number of weight blocks.
 ///
 /// # Panics

@@ -4,9 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::scalar::{write_bsums, BLOCK, BSUMS, QS};
-use crate::quant::block::{check_act, sub};
-use crate::quant::simd::avx2::{hmax_ps, load_ps, pack_i32_to_i8, store_256};
+use super::scalar::{BLOCK, BSUMS, QS};
+use crate::quant::block::{check_act, sub, sub_mut};
+use crate::quant::simd::avx2::{hmax_ps, load_ps, pack_i32_to_i8, store_256, sums_of_16};
 use crate::types::{ActType, QK_K};
 
 /// AVX2 twin of [`super::scalar::quantize_row_q8_k`].
@@ -52,18 +52,18 @@ pub(crate) fn quantize_row_q8_k(x: &[f32], out: &mut [u8]) {
             );
             _mm256_min_epi32(_mm256_cvtps_epi32(r), cap)
         };
-        for (k, chunk) in v.chunks_exact(4).enumerate() {
-            let q = [
-                quant(chunk[0]),
-                quant(chunk[1]),
-                quant(chunk[2]),
-                quant(chunk[3]),
-            ];
-            if let Some(dst) = yb[QS + 32 * k..BSUMS].first_chunk_mut::<32>() {
-                store_256(dst, pack_i32_to_i8(q));
-            }
+        let q: [__m256i; 8] = std::array::from_fn(|k| {
+            pack_i32_to_i8([
+                quant(v[4 * k]),
+                quant(v[4 * k + 1]),
+                quant(v[4 * k + 2]),
+                quant(v[4 * k + 3]),
+            ])
+        });
+        for (k, &qk) in q.iter().enumerate() {
+            store_256(sub_mut(yb, QS + 32 * k), qk);
         }
-        write_bsums(yb);
+        store_256(sub_mut(yb, BSUMS), sums_of_16(q));
         yb[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
     }
 }

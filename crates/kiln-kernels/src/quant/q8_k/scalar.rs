@@ -37,7 +37,7 @@ pub fn quantize_row_q8_k(x: &[f32], out: &mut [u8]) {
 
 /// Fills `bsums` from the block's quants.
 #[inline]
-pub(crate) fn write_bsums(yb: &mut [u8]) {
+fn write_bsums(yb: &mut [u8]) {
     for g in 0..QK_K / 16 {
         let s: i16 = yb[QS + 16 * g..QS + 16 * g + 16]
             .iter()

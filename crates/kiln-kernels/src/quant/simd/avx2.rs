@@ -284,3 +284,26 @@ pub(crate) fn pack_i32_to_i8(v: [__m256i; 4]) -> __m256i {
         _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
     )
 }
+
+/// q8_K's 16 block sums (each the sum of 16 consecutive quants, as i16 in order) of a
+/// block whose 256 quants are the eight 32-byte vectors `q`. Replaces a scalar pass over
+/// the stored bytes, which cost more than the quantization itself.
+///
+/// # Safety
+/// Needs AVX2: calling it from code that does not enable that feature is `unsafe`, and
+/// the caller must ensure the CPU supports it.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn sums_of_16(q: [__m256i; 8]) -> __m256i {
+    let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+    // Lane j of s[k]: quants 4j..4j+4 of vector k (lanes 0–3 are its first 16, 4–7 the rest).
+    let s = q.map(|v| _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16));
+    // Two rounds of `vphaddd` (per 128-bit half): [G0 G2 G4 G6 | G1 G3 G5 G7] and the next
+    // four vectors' [G8 … G14 | G9 … G15].
+    let a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    let b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    // Sums are within ±2,048, so the pack is exact: [G0 G2 … G14 | G1 G3 … G15].
+    let p = _mm256_packs_epi32(a, b);
+    let (even, odd) = (_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
+    _mm256_set_m128i(_mm_unpackhi_epi16(even, odd), _mm_unpacklo_epi16(even, odd))
+}
