@@ -334,6 +334,9 @@ unsafe fn tile_32<const TY: u8, const T: usize, const H: usize>(args: Args) -> [
             // SAFETY (whole block): within the checked group, activation rows and scales.
             unsafe {
                 let blk = group.add(b * ty.block_bytes());
+                if half == 0 && T > 1 {
+                    super::prefetch_block_ahead(ty, blk);
+                }
                 let w = weights::<TY>(blk, 0, half);
                 let dx = f16x8(blk.add(ty.d_offset()), half);
                 let mx = if ty == PackedType::Q4_1 {

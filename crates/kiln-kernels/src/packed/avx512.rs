@@ -275,6 +275,9 @@ unsafe fn tile_32<const TY: u8, const T: usize>(args: Args) -> [__m512; T] {
         // SAFETY (whole block): within the checked group, activation rows and scales.
         unsafe {
             let blk = group.add(b * ty.block_bytes());
+            if T > 1 {
+                super::prefetch_block_ahead(ty, blk);
+            }
             let w = weights::<TY>(blk, 0);
             let dx = f16x16(blk.add(ty.d_offset()));
             let mx = if ty == PackedType::Q4_1 {

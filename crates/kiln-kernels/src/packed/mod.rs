@@ -312,12 +312,15 @@ pub fn prepare_act_row(ty: PackedType, act_row: &mut [u8], out: &mut [[f32; 2]])
     }
 }
 
-/// How far ahead of the block it is reading a k-quant kernel prefetches, in bytes
-/// (rounded up to whole packed blocks: 2 of q4_K, q5_K or q6_K). A k-quant block is read
-/// out of order — its scales first, then the nibbles and high bits as two interleaved
-/// streams, `d` last — and on Zen 4 the hardware prefetchers alone left batch-1 q6_K at
-/// about half the read bandwidth (`docs/BENCHMARKS.md`, session 30). Twice this distance
-/// was slower; the 32-element types, read in order, showed no gain and don't prefetch.
+/// How far ahead of the block it is reading a kernel prefetches, in bytes (rounded up to
+/// whole packed blocks: 2 of q4_K, q5_K or q6_K). A k-quant block is read out of order —
+/// its scales first, then the nibbles and high bits as two interleaved streams, `d` last
+/// — and on Zen 4 the hardware prefetchers alone left batch-1 q6_K at about half the read
+/// bandwidth (`docs/BENCHMARKS.md`, session 30). Twice this distance was slower.
+///
+/// The 32-element types, read in order, gain nothing at batch 1 and don't prefetch there.
+/// In a tile of several tokens they do: with weights from memory, 8-token q5_0 and q8_0
+/// tiles ran 17–60% faster (session 36).
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Prefetches sub-block `s`'s eighth of the cache lines of the packed k-quant block that
@@ -334,6 +337,16 @@ pub(crate) fn prefetch_ahead(ty: PackedType, blk: *const u8, s: usize) {
     for line in per * s..(per * (s + 1)).min(lines) {
         // SAFETY: a prefetch is only a hint; it never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(target.wrapping_add(64 * line).cast()) };
+    }
+}
+
+/// Prefetches every cache line of the packed block [`PREFETCH_AHEAD`] past `blk`: the
+/// 32-element types' tiles, which read a block in one go.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_block_ahead(ty: PackedType, blk: *const u8) {
+    for s in 0..8 {
+        prefetch_ahead(ty, blk, s);
     }
 }
 
